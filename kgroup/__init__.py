@@ -1,0 +1,1 @@
+"""kgroup: an asyncio-native Kafka group membership client."""

@@ -1,0 +1,150 @@
+"""Version-free group protocol messages: what the core asks to send, what it is told back.
+
+The sans-I/O core speaks only in these values. The wire layer (``kgroup._protocol``) picks
+the API version from the broker's ApiVersions ranges, encodes a request value into aiokafka
+protocol structs, and decodes a response struct back into a response value here. Fields that
+a negotiated version cannot carry come back with their documented defaults (for example
+``protocol_type=None`` below JoinGroup v7, ``skip_assignment=False`` below v9).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = [
+    "FindCoordinatorRequest",
+    "FindCoordinatorResponse",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "JoinGroupMember",
+    "JoinGroupRequest",
+    "JoinGroupResponse",
+    "LeaveGroupMemberResult",
+    "LeaveGroupRequest",
+    "LeaveGroupResponse",
+    "SyncGroupRequest",
+    "SyncGroupResponse",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FindCoordinatorRequest:
+    """FindCoordinator (key 10) for a group (key_type 0)."""
+
+    group_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FindCoordinatorResponse:
+    error_code: int
+    node_id: int = -1
+    host: str = ""
+    port: int = -1
+    error_message: str | None = None
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JoinGroupRequest:
+    """JoinGroup (key 11). ``protocols`` are (name, metadata) in preference order."""
+
+    group_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str
+    protocols: tuple[tuple[str, bytes], ...]
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JoinGroupMember:
+    member_id: str
+    group_instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JoinGroupResponse:
+    error_code: int
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    member_id: str = ""
+    members: tuple[JoinGroupMember, ...] = ()
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncGroupRequest:
+    """SyncGroup (key 14). ``assignments`` are (member_id, bytes); empty for followers."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    protocol_type: str | None
+    protocol_name: str | None
+    assignments: tuple[tuple[str, bytes], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncGroupResponse:
+    error_code: int
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatRequest:
+    """Heartbeat (key 12)."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatResponse:
+    error_code: int
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaveGroupRequest:
+    """LeaveGroup (key 13) for one member (v3+ sends it as a one-entry batch)."""
+
+    group_id: str
+    member_id: str
+    group_instance_id: str | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaveGroupMemberResult:
+    member_id: str
+    group_instance_id: str | None
+    error_code: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeaveGroupResponse:
+    error_code: int
+    members: tuple[LeaveGroupMemberResult, ...] = field(default_factory=tuple)
+    throttle_time_ms: int = 0
+
+    @property
+    def effective_error(self) -> int:
+        """The top-level error if set, else the first member error (spec §4.5)."""
+        if self.error_code:
+            return self.error_code
+        for member in self.members:
+            if member.error_code:
+                return member.error_code
+        return 0
