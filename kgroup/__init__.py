@@ -1,1 +1,87 @@
-"""kgroup: an asyncio-native Kafka group membership client."""
+"""kgroup: an asyncio-native Kafka group membership client.
+
+    async with GroupMember(GroupConfig(bootstrap_servers="localhost:9092",
+                                       group_id="g", topics=["t"])) as member:
+        assignment = await member.poll()
+"""
+
+from ._config import GroupConfig
+from ._core._assignors import (
+    Assignor,
+    MemberSubscription,
+    RangeAssignor,
+    RebalanceProtocol,
+    RoundRobinAssignor,
+)
+from ._core._consumer_protocol import Assignment, Subscription, TopicPartition
+from ._core._state import Generation, MemberState
+from ._errors import (
+    AssignmentError,
+    CommitFailed,
+    ConfigError,
+    CoordinatorError,
+    ErrorCode,
+    FencedInstanceId,
+    GroupAuthorizationFailed,
+    GroupError,
+    GroupMaxSizeReached,
+    InconsistentGroupProtocol,
+    InvalidGroupId,
+    InvalidSessionTimeout,
+    KGroupError,
+    ListenerError,
+    LocalProtocolError,
+    ProtocolViolation,
+    RebalanceInProgress,
+    RemoteProtocolError,
+    UnexpectedBrokerError,
+    UnsupportedVersion,
+    UsageError,
+)
+from ._listener import RebalanceListener
+from ._runtime._member import GroupMember
+
+__all__ = [
+    "Assignment",
+    "AssignmentError",
+    "Assignor",
+    "CommitFailed",
+    "ConfigError",
+    "CoordinatorError",
+    "ErrorCode",
+    "FencedInstanceId",
+    "Generation",
+    "GroupAuthorizationFailed",
+    "GroupConfig",
+    "GroupError",
+    "GroupMaxSizeReached",
+    "GroupMember",
+    "InconsistentGroupProtocol",
+    "InvalidGroupId",
+    "InvalidSessionTimeout",
+    "KGroupError",
+    "ListenerError",
+    "LocalProtocolError",
+    "MemberState",
+    "MemberSubscription",
+    "ProtocolViolation",
+    "RangeAssignor",
+    "RebalanceInProgress",
+    "RebalanceListener",
+    "RemoteProtocolError",
+    "RoundRobinAssignor",
+    "Subscription",
+    "TopicPartition",
+    "UnexpectedBrokerError",
+    "UnsupportedVersion",
+    "UsageError",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if hasattr(_obj, "__module__"):
+        try:
+            _obj.__module__ = "kgroup"
+        except (AttributeError, TypeError):
+            pass
+del _name, _obj

@@ -1,0 +1,172 @@
+"""GroupConfig: every knob of a group member, validated once at construction.
+
+Defaults are Kafka's own (spec §3.1): a member configured like a Java consumer behaves like
+one. Every rule violation raises :class:`~kgroup.ConfigError` naming the field and the rule.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ._errors import ConfigError
+
+if TYPE_CHECKING:
+    from ._core._assignors import Assignor
+
+__all__ = [
+    "DEFAULT_HEARTBEAT_INTERVAL_MS",
+    "DEFAULT_MAX_POLL_INTERVAL_MS",
+    "DEFAULT_REQUEST_TIMEOUT_MS",
+    "DEFAULT_RETRY_BACKOFF_MAX_MS",
+    "DEFAULT_RETRY_BACKOFF_MS",
+    "DEFAULT_SESSION_TIMEOUT_MS",
+    "GroupConfig",
+]
+
+DEFAULT_SESSION_TIMEOUT_MS = 45_000
+DEFAULT_HEARTBEAT_INTERVAL_MS = 3_000
+DEFAULT_MAX_POLL_INTERVAL_MS = 300_000
+DEFAULT_RETRY_BACKOFF_MS = 100
+DEFAULT_RETRY_BACKOFF_MAX_MS = 1_000
+DEFAULT_REQUEST_TIMEOUT_MS = 30_000
+DEFAULT_CLOSE_TIMEOUT_MS = 30_000
+INT32_MAX = 2**31 - 1
+
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def _parse_bootstrap(value: str | Sequence[str]) -> tuple[tuple[str, int], ...]:
+    items = [value] if isinstance(value, str) else list(value)
+    out: list[tuple[str, int]] = []
+    for raw in items:
+        for part in raw.split(","):
+            part = part.strip()
+            if not part:
+                continue
+            host, sep, port = part.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(
+                    "bootstrap_servers", f"{part!r} is not HOST:PORT with a port in 1..65535"
+                )
+            out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ConfigError("bootstrap_servers", "at least one HOST:PORT is required")
+    return tuple(out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupConfig:
+    """Configuration of one group member.
+
+    Example::
+
+        config = GroupConfig(bootstrap_servers="localhost:9092", group_id="billing",
+                             topics=["invoices"])
+
+    Parameters (times in milliseconds, Kafka's names in brackets):
+
+    - ``bootstrap_servers``: "host:port" (comma-separated, or a sequence).
+    - ``group_id`` [group.id]: the group to join; required, non-empty.
+    - ``topics``: the topics this member subscribes to (the consumer embedded protocol).
+    - ``assignors`` [partition.assignment.strategy]: names ("range", "roundrobin") or
+      :class:`Assignor` objects, in preference order. Default ``("range",)``.
+    - ``group_instance_id`` [group.instance.id]: makes the member static (KIP-345).
+    - ``session_timeout_ms`` (45000), ``heartbeat_interval_ms`` (3000, must be below the
+      session timeout), ``max_poll_interval_ms`` (300000, also the rebalance timeout),
+      ``retry_backoff_ms`` (100), ``retry_backoff_max_ms`` (1000), ``request_timeout_ms``
+      (30000), ``close_timeout_ms`` (30000).
+    - ``leave_group_on_close``: ``None`` (Kafka's rule: dynamic members leave, static ones
+      do not), or ``True`` / ``False`` to choose explicitly (KIP-1092).
+    - ``client_id`` [client.id]: sent in every request header.
+    - ``rack_id`` [client.rack]: sent in the subscription (v3).
+    """
+
+    bootstrap_servers: str | Sequence[str]
+    group_id: str
+    topics: Sequence[str] = ()
+    assignors: Sequence[str | Assignor] = ("range",)
+    group_instance_id: str | None = None
+    session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
+    heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS
+    max_poll_interval_ms: int = DEFAULT_MAX_POLL_INTERVAL_MS
+    retry_backoff_ms: int = DEFAULT_RETRY_BACKOFF_MS
+    retry_backoff_max_ms: int = DEFAULT_RETRY_BACKOFF_MAX_MS
+    request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
+    close_timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS
+    leave_group_on_close: bool | None = None
+    client_id: str = "kgroup"
+    rack_id: str | None = None
+    brokers: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "brokers", _parse_bootstrap(self.bootstrap_servers))
+        if not isinstance(self.group_id, str) or not self.group_id:
+            raise ConfigError("group_id", "must be a non-empty string")
+        topics = (self.topics,) if isinstance(self.topics, str) else tuple(self.topics)
+        for topic in topics:
+            if not isinstance(topic, str) or not topic or not _LEGAL_NAME.match(topic):
+                raise ConfigError("topics", f"{topic!r} is not a legal topic name")
+        object.__setattr__(self, "topics", tuple(dict.fromkeys(topics)))
+        assignors = (
+            (self.assignors,) if isinstance(self.assignors, str) else tuple(self.assignors)
+        )
+        if not assignors:
+            raise ConfigError("assignors", "at least one assignor is required")
+        object.__setattr__(self, "assignors", assignors)
+        if self.group_instance_id is not None:
+            gid = self.group_instance_id
+            if not isinstance(gid, str) or not gid or len(gid) > 249 or not _LEGAL_NAME.match(gid):
+                raise ConfigError(
+                    "group_instance_id",
+                    f"{gid!r} must be 1..249 characters of [a-zA-Z0-9._-]",
+                )
+        for name in (
+            "session_timeout_ms",
+            "heartbeat_interval_ms",
+            "max_poll_interval_ms",
+            "retry_backoff_ms",
+            "retry_backoff_max_ms",
+            "request_timeout_ms",
+            "close_timeout_ms",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(name, f"must be an integer number of milliseconds, got {value!r}")
+            if not 0 < value <= INT32_MAX:
+                raise ConfigError(name, f"must be in 1..{INT32_MAX}, got {value}")
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ConfigError(
+                "heartbeat_interval_ms",
+                f"must be below session_timeout_ms ({self.heartbeat_interval_ms} >= "
+                f"{self.session_timeout_ms}); one third of it or less is recommended",
+            )
+        if self.retry_backoff_max_ms < self.retry_backoff_ms:
+            raise ConfigError(
+                "retry_backoff_max_ms",
+                f"must be at least retry_backoff_ms ({self.retry_backoff_max_ms} < "
+                f"{self.retry_backoff_ms})",
+            )
+        if not isinstance(self.client_id, str):
+            raise ConfigError("client_id", "must be a string")
+        if self.leave_group_on_close not in (None, True, False):
+            raise ConfigError("leave_group_on_close", "must be None, True or False")
+
+    @property
+    def is_static(self) -> bool:
+        return self.group_instance_id is not None
+
+    @property
+    def leaves_on_close(self) -> bool:
+        """Whether close() sends LeaveGroup (Kafka: dynamic members only; KIP-1092 override)."""
+        if self.leave_group_on_close is None:
+            return not self.is_static
+        return self.leave_group_on_close
+
+    @property
+    def join_timeout_ms(self) -> int:
+        """JoinGroup request timeout: rebalance timeout + 5 s, never below request_timeout_ms
+        (spec §3.1), computed without int32 overflow."""
+        return max(self.request_timeout_ms, self.max_poll_interval_ms + 5_000)

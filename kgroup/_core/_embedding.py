@@ -1,0 +1,187 @@
+"""The consumer embedded protocol's decisions, sans-I/O (spec §6.2-§6.4, §7).
+
+The membership core is generic: it carries opaque metadata and assignment bytes. This module
+is the ``"consumer"`` embedding that gives them meaning: it encodes the Subscription for each
+assignor, runs the leader's assignor, and decides which listener callback fires with which
+partitions on prepare, completion and leave. It performs no I/O and calls no user code: it
+returns :class:`ListenerCall` values for the runtime to run in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .._errors import AssignmentError, RemoteProtocolError
+from ._assignors import (
+    Assignor,
+    MemberSubscription,
+    RebalanceProtocol,
+    get_builtin_assignor,
+    select_rebalance_protocol,
+)
+from ._consumer_protocol import PROTOCOL_TYPE, Assignment, Subscription, TopicPartition
+from ._messages import JoinGroupMember
+from ._state import Generation
+
+__all__ = ["Completion", "ConsumerEmbedding", "ListenerCall"]
+
+Callback = Literal["on_partitions_revoked", "on_partitions_assigned", "on_partitions_lost"]
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerCall:
+    callback: Callback
+    partitions: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    calls: tuple[ListenerCall, ...] = ()
+    rejoin_reason: str | None = None
+    assignment: frozenset[TopicPartition] = field(default_factory=frozenset)
+
+
+class ConsumerEmbedding:
+    """Subscription, assignment and listener decisions of a consumer-protocol member.
+
+    ``owned`` is the current assignment; only this object changes it.
+    """
+
+    protocol_type = PROTOCOL_TYPE
+
+    def __init__(
+        self,
+        topics: Sequence[str],
+        assignors: Sequence[str | Assignor],
+        *,
+        rack_id: str | None = None,
+    ) -> None:
+        self.topics = tuple(topics)
+        self.assignors: tuple[Assignor, ...] = tuple(
+            get_builtin_assignor(a) if isinstance(a, str) else a for a in assignors
+        )
+        self.rebalance_protocol = select_rebalance_protocol(self.assignors)
+        self.rack_id = rack_id
+        self.owned: frozenset[TopicPartition] = frozenset()
+
+    # -- JoinGroup metadata ----------------------------------------------------------------------
+
+    def metadata(self, generation: Generation) -> list[tuple[str, bytes]]:
+        """One (assignor name, Subscription v3) per assignor, in preference order (§4.2)."""
+        cooperative = self.rebalance_protocol is RebalanceProtocol.COOPERATIVE
+        owned = tuple(sorted(self.owned)) if cooperative else ()
+        return [
+            (
+                assignor.name,
+                Subscription(
+                    topics=self.topics,
+                    user_data=assignor.user_data(self.topics),
+                    owned_partitions=owned,
+                    generation_id=generation.generation_id,
+                    rack_id=self.rack_id,
+                ).encode(),
+            )
+            for assignor in self.assignors
+        ]
+
+    # -- leader ------------------------------------------------------------------------------------
+
+    def _decode_members(self, members: Sequence[JoinGroupMember]) -> list[MemberSubscription]:
+        decoded = []
+        for member in members:
+            try:
+                subscription = Subscription.decode(member.metadata)
+            except RemoteProtocolError as exc:
+                raise AssignmentError(
+                    f"member {member.member_id!r} sent a malformed subscription: {exc}"
+                ) from exc
+            decoded.append(MemberSubscription(member.member_id, member.group_instance_id, subscription))
+        return decoded
+
+    def metadata_topics(self, members: Sequence[JoinGroupMember]) -> list[str]:
+        """The union of every member's subscribed topics: the leader refreshes these (§6.3)."""
+        topics: set[str] = set()
+        for member in self._decode_members(members):
+            topics.update(member.subscription.topics)
+        return sorted(topics)
+
+    def assign(
+        self,
+        protocol_name: str,
+        members: Sequence[JoinGroupMember],
+        partitions_per_topic: Mapping[str, int],
+    ) -> dict[str, bytes]:
+        """Run the selected assignor; an encoded Assignment for every member."""
+        assignor = next((a for a in self.assignors if a.name == protocol_name), None)
+        if assignor is None:
+            raise AssignmentError(
+                f"the coordinator selected assignor {protocol_name!r}, which this member does "
+                f"not have ({', '.join(a.name for a in self.assignors)})"
+            )
+        subscriptions = self._decode_members(members)
+        result = assignor.assign(partitions_per_topic, subscriptions)
+        out: dict[str, bytes] = {}
+        for member in subscriptions:
+            assignment = result.get(member.member_id) or Assignment(partitions=(), user_data=None)
+            out[member.member_id] = assignment.encode()
+        unknown = set(result) - set(out)
+        if unknown:
+            raise AssignmentError(
+                f"assignor {protocol_name!r} assigned to unknown members {sorted(unknown)}"
+            )
+        return out
+
+    # -- listener decisions ------------------------------------------------------------------------
+
+    def prepare(self, *, lost: bool) -> tuple[ListenerCall, ...]:
+        """Pre-join hook (§6.2): lost if the Generation was reset, revoked otherwise."""
+        owned = self.owned
+        if lost:
+            self.owned = frozenset()
+            return (ListenerCall("on_partitions_lost", owned),) if owned else ()
+        if self.rebalance_protocol is RebalanceProtocol.EAGER:
+            self.owned = frozenset()
+            return (ListenerCall("on_partitions_revoked", owned),)
+        unsubscribed = frozenset(tp for tp in owned if tp.topic not in self.topics)
+        self.owned = owned - unsubscribed
+        return (ListenerCall("on_partitions_revoked", unsubscribed),) if unsubscribed else ()
+
+    def complete(self, generation: Generation, data: bytes) -> Completion:
+        """Completion (§6.4): decode the assignment, install it, say which callbacks fire."""
+        if len(data) < 2:
+            raise AssignmentError(
+                f"SyncGroup returned a {len(data)}-byte assignment: the leader left this "
+                "member out of the assignment"
+            )
+        try:
+            assignment = Assignment.decode(data)
+        except RemoteProtocolError as exc:
+            raise AssignmentError(f"malformed assignment from the leader: {exc}") from exc
+        assigned = frozenset(assignment.partitions)
+        if any(tp.topic not in self.topics for tp in assigned):
+            return Completion(
+                rejoin_reason="received assignment does not match the current subscription"
+            )
+        calls: list[ListenerCall] = []
+        rejoin = None
+        if self.rebalance_protocol is RebalanceProtocol.COOPERATIVE:
+            revoked = self.owned - assigned
+            if revoked:
+                calls.append(ListenerCall("on_partitions_revoked", revoked))
+                rejoin = "need to revoke partitions and re-join"
+        added = assigned - self.owned
+        for assignor in self.assignors:
+            if assignor.name == generation.protocol_name:
+                assignor.on_assignment(assignment, generation.generation_id)
+        self.owned = assigned
+        calls.append(ListenerCall("on_partitions_assigned", added))
+        return Completion(tuple(calls), rejoin, assigned)
+
+    def release(self, *, lost: bool) -> tuple[ListenerCall, ...]:
+        """Leave (close/unsubscribe): lost or revoked, only when something is owned."""
+        owned, self.owned = self.owned, frozenset()
+        if not owned:
+            return ()
+        return (ListenerCall("on_partitions_lost" if lost else "on_partitions_revoked", owned),)

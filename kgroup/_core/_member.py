@@ -1,0 +1,806 @@
+"""The classic group member as a sans-I/O state machine (spec §2-§6).
+
+Theory of operation
+-------------------
+:class:`MemberCore` owns every variable of spec §1.2 and nothing else: no socket, no task,
+no clock. Two drivers call it, each with ``now`` in milliseconds:
+
+- the **join driver** (the application's ``poll()``) asks :meth:`next_join_action` what to do
+  next and reports what happened: :meth:`on_join_response`, :meth:`on_sync_response`,
+  :meth:`assignment_computed`, :meth:`on_join_failed`, :meth:`join_completed`, ...
+- the **heartbeat driver** asks :meth:`heartbeat_action` and reports
+  :meth:`on_heartbeat_response` / :meth:`on_heartbeat_failed`.
+
+Coordinator discovery is shared: either driver may run it and report
+:meth:`on_find_coordinator_response`. Whenever the core forgets the coordinator
+(:attr:`coordinator` becomes ``None`` or a new :class:`Coordinator`), the runtime must close
+the connection it holds for the old one: that fails every request in flight on it (§4.0.3).
+
+Every response handler compares the Generation captured when the request was sent with the
+current one (:meth:`_is_current`, the stale-response rule of §2.5) before applying any
+generation-dependent error, because the other driver may have moved the member on while the
+request was in flight.
+
+The core knows nothing of partitions or topics: the embedded protocol (``protocol_type`` and
+the ``protocols`` callable) supplies JoinGroup metadata, and assignments pass through as
+bytes. Fatal errors are stored and handed to the join driver as :class:`RaiseFatal`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._config import GroupConfig
+from .._errors import (
+    ErrorCode,
+    FencedInstanceId,
+    GroupAuthorizationFailed,
+    InconsistentGroupProtocol,
+    KGroupError,
+    LocalProtocolError,
+    error_for_code,
+)
+from ._messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupMember,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from ._state import ALLOWED_TRANSITIONS, NO_GENERATION, Coordinator, Generation, MemberState
+from ._timers import ExponentialBackoff, HeartbeatTimers
+
+__all__ = [
+    "AwaitJoin",
+    "CompleteJoin",
+    "ComputeAssignment",
+    "FindCoordinator",
+    "HeartbeatAction",
+    "HeartbeatDisabled",
+    "HeartbeatFindCoordinator",
+    "HeartbeatWait",
+    "Idle",
+    "JoinAction",
+    "MemberCore",
+    "PollTimeoutLeave",
+    "PrepareJoin",
+    "RaiseFatal",
+    "SendHeartbeat",
+    "SendJoinGroup",
+    "SendSyncGroup",
+    "Sleep",
+]
+
+_RETRIABLE_COORDINATOR = frozenset(
+    {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
+)
+_MAX_REASON = 255
+
+
+def _truncate(reason: str) -> str:
+    return reason if len(reason) <= _MAX_REASON else reason[:_MAX_REASON]
+
+
+# ---------------------------------------------------------------------------------------------
+# Actions for the join driver
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Idle:
+    """Nothing to do: the member is STABLE and no rejoin is needed."""
+
+
+@dataclass(frozen=True, slots=True)
+class FindCoordinator:
+    """The coordinator is unknown: run (or join) the FindCoordinator lookup."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Back off until ``until`` (ms) before asking again."""
+
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareJoin:
+    """Run the pre-join hook once for this rebalance: release owned partitions as *lost* if
+    the Generation was reset, else as *revoked* (spec §6.2), then ask again."""
+
+    lost: bool
+    generation: Generation
+
+
+@dataclass(frozen=True, slots=True)
+class SendJoinGroup:
+    request: JoinGroupRequest
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitJoin:
+    """A Join/Sync chain is in flight: wait for it (never send a second JoinGroup)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteJoin:
+    """SyncGroup succeeded: install ``assignment`` and run the completion callbacks, then call
+    :meth:`MemberCore.join_completed` (spec §6.4)."""
+
+    generation: Generation
+    assignment: bytes
+    is_leader: bool
+
+
+@dataclass(frozen=True, slots=True)
+class RaiseFatal:
+    error: KGroupError
+
+
+JoinAction = Idle | FindCoordinator | Sleep | PrepareJoin | SendJoinGroup | AwaitJoin | CompleteJoin | RaiseFatal
+
+# Actions inside the Join->Sync chain (returned by on_join_response / assignment_computed).
+
+
+@dataclass(frozen=True, slots=True)
+class ComputeAssignment:
+    """This member leads: compute an assignment for every member, then report it with
+    :meth:`MemberCore.assignment_computed`."""
+
+    generation: Generation
+    protocol_name: str
+    members: tuple[JoinGroupMember, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SendSyncGroup:
+    request: SyncGroupRequest
+    timeout_ms: int
+
+
+ChainAction = ComputeAssignment | SendSyncGroup | None
+
+# ---------------------------------------------------------------------------------------------
+# Actions for the heartbeat driver
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatDisabled:
+    """Not in a generation that heartbeats: park until enabled."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatFindCoordinator:
+    """Coordinator unknown: start a lookup if none is running, then wait until ``until``."""
+
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatWait:
+    """Nothing due before ``until`` (ms); a wake-up may end the wait early."""
+
+    until: float
+
+
+@dataclass(frozen=True, slots=True)
+class SendHeartbeat:
+    request: HeartbeatRequest
+    generation: Generation
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class PollTimeoutLeave:
+    """The poll timer expired: the member left its generation. Send ``leave`` if not None
+    (dynamic members), best effort."""
+
+    leave: LeaveGroupRequest | None
+
+
+HeartbeatAction = (
+    HeartbeatDisabled | HeartbeatFindCoordinator | HeartbeatWait | SendHeartbeat | PollTimeoutLeave
+)
+
+Observer = Callable[..., None]
+
+
+class MemberCore:
+    """The membership state machine of one classic group member. See the module docstring.
+
+    Fields and their writers (everything runs on one thread; the drivers interleave only
+    between calls):
+
+    - ``state``, ``generation``: join driver (responses), heartbeat driver (resets, leave).
+    - ``rejoin_needed``, ``rejoin_reason``: any trigger; cleared only by a successful sync.
+    - ``needs_join_prepare``: set on reset and after a completed join; cleared by PrepareJoin.
+    - ``coordinator``: set by discovery, cleared by :meth:`mark_coordinator_unknown`.
+    - ``heartbeat_enabled``: set when JoinGroup succeeds; cleared by the heartbeat driver.
+    """
+
+    def __init__(
+        self,
+        config: GroupConfig,
+        *,
+        protocol_type: str,
+        protocols: Callable[[Generation], Sequence[tuple[str, bytes]]],
+        now: float,
+        observer: Observer | None = None,
+        uniform: Callable[[float, float], float] | None = None,
+    ) -> None:
+        self.config = config
+        self.protocol_type = protocol_type
+        self._protocols = protocols
+        self._observer = observer
+        self._backoff = ExponentialBackoff(
+            config.retry_backoff_ms, config.retry_backoff_max_ms, uniform=uniform
+        )
+        self.timers = HeartbeatTimers(
+            now=now,
+            heartbeat_interval_ms=config.heartbeat_interval_ms,
+            session_timeout_ms=config.session_timeout_ms,
+            max_poll_interval_ms=config.max_poll_interval_ms,
+            backoff=self._backoff,
+        )
+        self.state = MemberState.UNJOINED
+        self.generation = NO_GENERATION
+        self.coordinator: Coordinator | None = None
+        self.rejoin_needed = True
+        self.rejoin_reason = ""
+        self.needs_join_prepare = True
+        self.heartbeat_enabled = False
+        self.is_leader = False
+        self._fatal: KGroupError | None = None
+        # The Join->Sync chain: None, "join", "assign", "sync", "synced" or "complete".
+        self._phase: str | None = None
+        self._chain_generation = NO_GENERATION  # Generation the chain's request was sent under
+        self._synced_assignment = b""
+        self._join_retry_at = 0.0
+        self._find_retry_at = 0.0
+        self._find_attempts = 0
+        self.rebalance_started_at: float | None = None
+        self.last_rebalance_ms: float | None = None
+        self.rebalances = 0
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self._observer is not None:
+            self._observer(
+                event,
+                group=self.config.group_id,
+                member_id=self.generation.member_id,
+                generation=self.generation.generation_id,
+                **fields,
+            )
+
+    def _set_state(self, new: MemberState, reason: str) -> None:
+        old = self.state
+        if new is old and new is not MemberState.PREPARING_REBALANCE:
+            return
+        if new not in ALLOWED_TRANSITIONS[old]:
+            raise LocalProtocolError(
+                f"illegal member transition {old.name} -> {new.name} ({reason}) in generation "
+                f"{self.generation.generation_id}"
+            )
+        self.state = new
+        if new is not old:
+            self._emit("member.state_changed", old=old.name, new=new.name, reason=reason)
+
+    def _is_current(self, sent: Generation) -> bool:
+        """The stale-response rule (§2.5): apply generation-dependent errors only if the
+        member is still in the Generation the request was sent under."""
+        return sent == self.generation
+
+    def _fatal_error(self, code: int, api: str, message: str | None = None) -> None:
+        err = error_for_code(
+            code,
+            api=api,
+            group_id=self.config.group_id,
+            member_id=self.generation.member_id,
+            generation_id=self.generation.generation_id,
+            message=message,
+        )
+        self.record_fatal(err)
+
+    def record_fatal(self, err: KGroupError) -> None:
+        """Store a fatal error for the next ``poll()`` (spec §5.4). The first one wins."""
+        if self._fatal is None:
+            self._fatal = err
+        self._emit("member.fatal_error", error=type(err).__name__, message=str(err))
+
+    @property
+    def fatal(self) -> KGroupError | None:
+        return self._fatal
+
+    def request_rejoin(self, reason: str) -> None:
+        """Any rejoin trigger (§2.3): the move happens at the next join-driver step."""
+        if not self.rejoin_needed or self.rejoin_reason != reason:
+            self._emit("member.rejoin_requested", reason=reason)
+        self.rejoin_needed = True
+        self.rejoin_reason = reason
+
+    def reset_generation(self, *, keep_member_id: bool, reason: str) -> None:
+        """§2.4: forget the Generation (keeping the member id for ILLEGAL_GENERATION)."""
+        member_id = self.generation.member_id if keep_member_id else ""
+        self.generation = Generation(-1, member_id, None)
+        self._set_state(MemberState.UNJOINED, reason)
+        self.is_leader = False
+        self.needs_join_prepare = True
+        self.request_rejoin(reason)
+
+    def mark_coordinator_unknown(self, reason: str) -> bool:
+        """Forget the coordinator (state and Generation stay). True if one was known."""
+        if self.coordinator is None:
+            return False
+        self._emit("member.coordinator_lost", reason=reason, node_id=self.coordinator.node_id)
+        self.coordinator = None
+        return True
+
+    # -- application poll ------------------------------------------------------------------------
+
+    def poll(self, now: float) -> bool:
+        """The application polled: reset the poll timer (even while the coordinator is
+        unknown, §3.1). Returns True when a heartbeat is due and the heartbeat driver
+        should be woken (§5.3)."""
+        self.timers.polled(now)
+        return self.heartbeat_enabled and self.timers.heartbeat.expired(now)
+
+    # -- coordinator discovery -------------------------------------------------------------------
+
+    def find_coordinator_request(self) -> FindCoordinatorRequest:
+        return FindCoordinatorRequest(group_id=self.config.group_id)
+
+    def find_coordinator_retry_at(self) -> float:
+        return self._find_retry_at
+
+    def on_find_coordinator_response(self, resp: FindCoordinatorResponse, now: float) -> None:
+        code = resp.error_code
+        if code == ErrorCode.NONE:
+            self.coordinator = Coordinator(resp.node_id, resp.host, resp.port)
+            self._find_attempts = 0
+            self.timers.reset_session(now)
+            self._emit(
+                "member.coordinator_found", node_id=resp.node_id, host=resp.host, port=resp.port
+            )
+        elif code in (
+            ErrorCode.COORDINATOR_NOT_AVAILABLE,
+            ErrorCode.NOT_COORDINATOR,
+            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ):
+            self._find_failed(now, ErrorCode.describe(code))
+        elif code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+            self.record_fatal(
+                GroupAuthorizationFailed(
+                    f"not authorized to use group {self.config.group_id!r} (FindCoordinator)",
+                    group_id=self.config.group_id,
+                    member_id=self.generation.member_id,
+                    generation_id=self.generation.generation_id,
+                    api="FindCoordinator",
+                )
+            )
+        else:
+            self._fatal_error(code, "FindCoordinator", resp.error_message)
+
+    def on_find_coordinator_failed(self, now: float, reason: str) -> None:
+        """The lookup failed in transport (no broker reachable, disconnect, timeout)."""
+        self._find_failed(now, reason)
+
+    def on_coordinator_unreachable(self, now: float, reason: str) -> None:
+        """Discovery succeeded but connecting to the coordinator failed (§4.1)."""
+        self.mark_coordinator_unknown(reason)
+        self._find_failed(now, reason)
+
+    def _find_failed(self, now: float, reason: str) -> None:
+        delay = self._backoff.backoff(self._find_attempts)
+        self._find_attempts += 1
+        self._find_retry_at = now + delay
+        self._emit("member.coordinator_lookup_failed", reason=reason, retry_in_ms=round(delay))
+
+    # -- the join driver -------------------------------------------------------------------------
+
+    def next_join_action(self, now: float) -> JoinAction:
+        """What the application's poll path must do next (spec §6.1 as a step function)."""
+        if self._fatal is not None:
+            err, self._fatal = self._fatal, None
+            return RaiseFatal(err)
+        if self._phase in ("join", "assign", "sync"):
+            return AwaitJoin()
+        if self._phase == "synced":
+            # Join completion sanity check: the heartbeat driver may have reset us meanwhile.
+            if self.generation == self._chain_generation and self.state is MemberState.STABLE:
+                self._phase = "complete"
+                return CompleteJoin(self.generation, self._synced_assignment, self.is_leader)
+            self._phase = None
+        if self._phase == "complete":
+            # The completion step was abandoned (its caller was cancelled): run it again.
+            return CompleteJoin(self.generation, self._synced_assignment, self.is_leader)
+        if not self.rejoin_needed:
+            return Idle()
+        if self.coordinator is None:
+            if now < self._find_retry_at:
+                return Sleep(self._find_retry_at)
+            return FindCoordinator()
+        if now < self._join_retry_at:
+            return Sleep(self._join_retry_at)
+        if self.needs_join_prepare:
+            # Cleared first, so a raising hook is not re-run for the same rebalance.
+            self.needs_join_prepare = False
+            if self.rebalance_started_at is None:
+                self.rebalance_started_at = now
+            return PrepareJoin(lost=self.generation.is_reset, generation=self.generation)
+        return self._send_join(now)
+
+    def _send_join(self, now: float) -> SendJoinGroup:
+        cfg = self.config
+        request = JoinGroupRequest(
+            group_id=cfg.group_id,
+            session_timeout_ms=cfg.session_timeout_ms,
+            rebalance_timeout_ms=cfg.max_poll_interval_ms,
+            member_id=self.generation.member_id,
+            group_instance_id=cfg.group_instance_id,
+            protocol_type=self.protocol_type,
+            protocols=tuple(self._protocols(self.generation)),
+            reason=_truncate(self.rejoin_reason) if self.rejoin_reason else None,
+        )
+        if self.rebalance_started_at is None:
+            self.rebalance_started_at = now
+        self._set_state(MemberState.PREPARING_REBALANCE, "join group sent")
+        self._phase = "join"
+        self._chain_generation = self.generation
+        self._emit("member.join_sent", reason=self.rejoin_reason)
+        return SendJoinGroup(request, cfg.join_timeout_ms)
+
+    def _chain_retry(self, now: float, reason: str, *, backoff: bool) -> None:
+        """End the chain; restart from JoinGroup now (T6) or after retry_backoff (T5)."""
+        self._phase = None
+        self.request_rejoin(reason)
+        self._join_retry_at = now + self.config.retry_backoff_ms if backoff else 0.0
+
+    def on_join_response(self, resp: JoinGroupResponse, now: float) -> ChainAction:
+        if self._phase != "join":
+            return None  # the chain was abandoned (close, or a reset that restarted it)
+        code = resp.error_code
+        sent = self._chain_generation
+        if code == ErrorCode.NONE:
+            if self.state is not MemberState.PREPARING_REBALANCE:
+                self._chain_retry(now, "rebalance failed: member no longer joining", backoff=True)
+                return None
+            if resp.protocol_type is not None and resp.protocol_type != self.protocol_type:
+                self._phase = None
+                self._fail_join_fatal(
+                    InconsistentGroupProtocol,
+                    f"JoinGroup answered protocol type {resp.protocol_type!r}, "
+                    f"expected {self.protocol_type!r}",
+                    "JoinGroup",
+                )
+                return None
+            self.generation = Generation(resp.generation_id, resp.member_id, resp.protocol_name)
+            self._chain_generation = self.generation
+            self._set_state(MemberState.COMPLETING_REBALANCE, "joined")
+            self.heartbeat_enabled = True
+            self.timers.reset_all(now)
+            self.is_leader = resp.leader == resp.member_id
+            self._emit(
+                "member.joined",
+                leader=resp.leader,
+                is_leader=self.is_leader,
+                protocol=resp.protocol_name,
+                members=len(resp.members),
+                skip_assignment=resp.skip_assignment,
+            )
+            if self.is_leader and not resp.skip_assignment:
+                self._phase = "assign"
+                return ComputeAssignment(self.generation, resp.protocol_name or "", resp.members)
+            return self._send_sync(())
+        if code == ErrorCode.MEMBER_ID_REQUIRED:
+            # T3: adopt the id and rejoin at once, without backoff or a second pre-join hook.
+            self.generation = Generation(-1, resp.member_id, None)
+            self._chain_retry(
+                now, f"need to re-join with the given member-id: {resp.member_id}", backoff=False
+            )
+            return None
+        if code == ErrorCode.UNKNOWN_MEMBER_ID:
+            self._phase = None
+            if self._is_current(sent):
+                self.reset_generation(keep_member_id=False, reason="JoinGroup: UNKNOWN_MEMBER_ID")
+            self._join_retry_at = 0.0
+            return None
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            self._chain_retry(now, "rebalance failed due to REBALANCE_IN_PROGRESS", backoff=False)
+            return None
+        if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            self._chain_retry(
+                now, "rebalance failed due to COORDINATOR_LOAD_IN_PROGRESS", backoff=True
+            )
+            return None
+        if code in _RETRIABLE_COORDINATOR:
+            self.mark_coordinator_unknown(f"JoinGroup: {ErrorCode.describe(code)}")
+            self._chain_retry(now, f"rebalance failed due to {ErrorCode(code).name}", backoff=True)
+            return None
+        # FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT,
+        # INVALID_GROUP_ID, GROUP_AUTHORIZATION_FAILED, GROUP_MAX_SIZE_REACHED,
+        # UNSUPPORTED_VERSION and anything unexpected: fatal (§4.2).
+        self._phase = None
+        self._abandon_join(f"JoinGroup failed with {ErrorCode.describe(code)}")
+        self._fatal_error(code, "JoinGroup")
+        return None
+
+    def _abandon_join(self, reason: str) -> None:
+        """After a fatal join/sync error: no longer joining; the next poll tries again."""
+        self.request_rejoin(reason)
+        if self.state is not MemberState.UNJOINED:
+            self._set_state(MemberState.UNJOINED, reason)
+        self.heartbeat_enabled = False
+
+    def _fail_join_fatal(self, cls: type[InconsistentGroupProtocol], message: str, api: str) -> None:
+        self._abandon_join(message)
+        self.record_fatal(
+            cls(
+                message,
+                group_id=self.config.group_id,
+                member_id=self.generation.member_id,
+                generation_id=self.generation.generation_id,
+                api=api,
+            )
+        )
+
+    def assignment_computed(self, assignments: Mapping[str, bytes]) -> ChainAction:
+        """The leader's assignment for every member; answers with the SyncGroup to send."""
+        if self._phase != "assign":
+            return None
+        return self._send_sync(tuple(sorted(assignments.items())))
+
+    def chain_failed_fatal(self, err: KGroupError) -> None:
+        """A fatal failure inside the chain that is not a broker answer: the leader could
+        not assign (unknown assignor, assignor bug; no SyncGroup is sent), or no API version
+        in common. The error surfaces from the next poll."""
+        if self._phase not in ("join", "assign", "sync"):
+            return
+        self._phase = None
+        self._abandon_join(f"rebalance failed: {type(err).__name__}")
+        self.record_fatal(err)
+
+    def _send_sync(self, assignments: tuple[tuple[str, bytes], ...]) -> SendSyncGroup:
+        cfg = self.config
+        self._phase = "sync"
+        request = SyncGroupRequest(
+            group_id=cfg.group_id,
+            generation_id=self.generation.generation_id,
+            member_id=self.generation.member_id,
+            group_instance_id=cfg.group_instance_id,
+            protocol_type=self.protocol_type,
+            protocol_name=self.generation.protocol_name,
+            assignments=assignments,
+        )
+        return SendSyncGroup(request, cfg.request_timeout_ms)
+
+    def on_sync_response(self, resp: SyncGroupResponse, now: float) -> None:
+        if self._phase != "sync":
+            return
+        code = resp.error_code
+        sent = self._chain_generation
+        if code == ErrorCode.NONE:
+            if not self._is_current(sent) or self.state is not MemberState.COMPLETING_REBALANCE:
+                # Reset by the heartbeat driver while SyncGroup was in flight (T7 guard).
+                self._chain_retry(now, "rebalance failed due to ILLEGAL_GENERATION", backoff=False)
+                return
+            if resp.protocol_type is not None and resp.protocol_type != self.protocol_type:
+                self._phase = None
+                self._fail_join_fatal(
+                    InconsistentGroupProtocol,
+                    f"SyncGroup answered protocol type {resp.protocol_type!r}, "
+                    f"expected {self.protocol_type!r}",
+                    "SyncGroup",
+                )
+                return
+            if resp.protocol_name is not None and resp.protocol_name != sent.protocol_name:
+                self._phase = None
+                self._fail_join_fatal(
+                    InconsistentGroupProtocol,
+                    f"SyncGroup answered protocol {resp.protocol_name!r}, JoinGroup selected "
+                    f"{sent.protocol_name!r}",
+                    "SyncGroup",
+                )
+                return
+            self._set_state(MemberState.STABLE, "synced")
+            self.rejoin_needed = False
+            self.rejoin_reason = ""
+            self._phase = "synced"
+            self._synced_assignment = resp.assignment
+            self.rebalances += 1
+            if self.rebalance_started_at is not None:
+                self.last_rebalance_ms = now - self.rebalance_started_at
+                self.rebalance_started_at = None
+            self._emit("member.synced", rebalance_ms=self.last_rebalance_ms)
+            return
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            self._chain_retry(now, "rebalance failed due to REBALANCE_IN_PROGRESS", backoff=False)
+            return
+        if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
+            self._phase = None
+            if self._is_current(sent):
+                self.reset_generation(
+                    keep_member_id=code == ErrorCode.ILLEGAL_GENERATION,
+                    reason=f"SyncGroup: {ErrorCode(code).name}",
+                )
+            else:
+                self.request_rejoin(f"SyncGroup: {ErrorCode(code).name}")
+            self._join_retry_at = 0.0
+            return
+        if code in _RETRIABLE_COORDINATOR:
+            self.mark_coordinator_unknown(f"SyncGroup: {ErrorCode.describe(code)}")
+            self._chain_retry(now, f"rebalance failed due to {ErrorCode(code).name}", backoff=True)
+            return
+        if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            # DEVIATION (spec §4.3, recommended): Java treats this as fatal; a freshly
+            # failed-over coordinator is worth a retry instead.
+            self._chain_retry(
+                now, "rebalance failed due to COORDINATOR_LOAD_IN_PROGRESS", backoff=True
+            )
+            return
+        self._phase = None
+        self._abandon_join(f"SyncGroup failed with {ErrorCode.describe(code)}")
+        self._fatal_error(code, "SyncGroup")
+
+    def on_join_failed(self, now: float, reason: str) -> None:
+        """The JoinGroup or SyncGroup request failed in transport (disconnect, timeout,
+        unreachable coordinator): mark the coordinator unknown, back off, restart from
+        JoinGroup with the same member id (T5)."""
+        if self._phase not in ("join", "assign", "sync"):
+            return
+        self.mark_coordinator_unknown(reason)
+        self._chain_retry(now, f"rebalance failed due to {reason}", backoff=True)
+
+    def join_completed(self, now: float) -> None:
+        """The completion step (assignment installed, callbacks run) is done."""
+        if self._phase == "complete":
+            self._phase = None
+            self.needs_join_prepare = True
+            self._synced_assignment = b""
+
+    def abandon_chain(self) -> None:
+        """The runtime dropped the in-flight chain (close): forget it."""
+        if self._phase in ("join", "assign", "sync"):
+            self._phase = None
+            self.request_rejoin("rebalance abandoned")
+
+    # -- the heartbeat driver --------------------------------------------------------------------
+
+    def heartbeat_action(self, now: float) -> HeartbeatAction:
+        """One iteration of the heartbeat loop (spec §5.1)."""
+        if not self.heartbeat_enabled:
+            return HeartbeatDisabled()
+        if (
+            self.state in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE)
+            or self._fatal is not None
+        ):
+            self.heartbeat_enabled = False
+            return HeartbeatDisabled()
+        backoff = self.config.retry_backoff_ms
+        if self.coordinator is None:
+            return HeartbeatFindCoordinator(max(now + backoff, self._find_retry_at))
+        timers = self.timers
+        if timers.session.expired(now):
+            self.mark_coordinator_unknown("session timed out without receiving a heartbeat response")
+            return HeartbeatFindCoordinator(max(now + backoff, self._find_retry_at))
+        if timers.poll.expired(now):
+            self._emit(
+                "member.poll_timeout",
+                max_poll_interval_ms=self.config.max_poll_interval_ms,
+            )
+            leave = self.maybe_leave("consumer poll timeout has expired.", static_leaves=False)
+            return PollTimeoutLeave(leave)
+        if timers.in_flight:
+            return HeartbeatWait(now + backoff)
+        if not timers.heartbeat.expired(now):
+            return HeartbeatWait(
+                min(timers.heartbeat.deadline, timers.session.deadline, timers.poll.deadline)
+            )
+        timers.sent(now)
+        request = HeartbeatRequest(
+            group_id=self.config.group_id,
+            generation_id=self.generation.generation_id,
+            member_id=self.generation.member_id,
+            group_instance_id=self.config.group_instance_id,
+        )
+        return SendHeartbeat(request, self.generation, self.config.request_timeout_ms)
+
+    def on_heartbeat_response(
+        self, sent: Generation, resp: HeartbeatResponse, now: float
+    ) -> None:
+        code = resp.error_code
+        timers = self.timers
+        if code == ErrorCode.NONE:
+            timers.received(now)
+            self._emit("member.heartbeat_ok")
+            return
+        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+            # Counts as a successful heartbeat: the session stays alive until we rejoin.
+            timers.received(now)
+            if self.state is MemberState.STABLE and self._is_current(sent):
+                self.request_rejoin("group is already rebalancing")
+            return
+        if code in (
+            ErrorCode.ILLEGAL_GENERATION,
+            ErrorCode.UNKNOWN_MEMBER_ID,
+            ErrorCode.FENCED_INSTANCE_ID,
+        ):
+            if not self._is_current(sent):
+                timers.received(now)  # a stale answer about an older generation: ignore
+                self._emit("member.heartbeat_stale_error", error=ErrorCode(code).name)
+                return
+            timers.in_flight = False
+            name = ErrorCode(code).name
+            self._emit("member.heartbeat_failed", error=name)
+            generation = self.generation
+            self.reset_generation(
+                keep_member_id=code == ErrorCode.ILLEGAL_GENERATION,
+                reason=f"encountered {name} from Heartbeat response",
+            )
+            if code == ErrorCode.FENCED_INSTANCE_ID:
+                self.record_fatal(
+                    FencedInstanceId(
+                        f"another member joined with group_instance_id "
+                        f"{self.config.group_instance_id!r}; this one is fenced",
+                        group_id=self.config.group_id,
+                        member_id=generation.member_id,
+                        generation_id=generation.generation_id,
+                        api="Heartbeat",
+                    )
+                )
+            return
+        timers.failed(now)
+        self._emit("member.heartbeat_failed", error=ErrorCode.describe(code))
+        if code in _RETRIABLE_COORDINATOR:
+            self.mark_coordinator_unknown(f"Heartbeat: {ErrorCode.describe(code)}")
+        elif code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+            # DEVIATION (spec §4.4, recommended): fatal at the next poll, not retried.
+            self._fatal_error(code, "Heartbeat")
+
+    def on_heartbeat_failed(self, now: float, reason: str) -> None:
+        """Transport failure (disconnect, request timeout) of a heartbeat."""
+        self.timers.failed(now)
+        self._emit("member.heartbeat_failed", error=reason)
+        self.mark_coordinator_unknown(f"Heartbeat: {reason}")
+
+    # -- leaving ---------------------------------------------------------------------------------
+
+    def maybe_leave(self, reason: str, *, static_leaves: bool | None = None) -> LeaveGroupRequest | None:
+        """T12: reset the Generation and return the LeaveGroup to send, if any.
+
+        LeaveGroup is sent only by members that leave (dynamic ones, or as configured on
+        close, KIP-1092), with a known coordinator, a joined state and a member id (§4.5).
+        ``static_leaves=False`` forbids it for static members whatever the close setting
+        (poll timeout: a static member only stops heartbeating, §8).
+        """
+        cfg = self.config
+        leaves = cfg.leaves_on_close if static_leaves is None else not cfg.is_static
+        request = None
+        if (
+            leaves
+            and self.coordinator is not None
+            and self.state is not MemberState.UNJOINED
+            and self.generation.member_id
+        ):
+            request = LeaveGroupRequest(
+                group_id=cfg.group_id,
+                member_id=self.generation.member_id,
+                group_instance_id=cfg.group_instance_id,
+                reason=_truncate(reason),
+            )
+        self._emit("member.leaving", reason=reason, send_leave_group=request is not None)
+        if self._phase in ("join", "assign", "sync"):
+            self._phase = None
+        self.reset_generation(keep_member_id=False, reason=reason)
+        self.heartbeat_enabled = False
+        return request

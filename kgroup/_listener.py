@@ -1,0 +1,44 @@
+"""The rebalance listener: what a member tells the application when partitions move.
+
+Guarantees (spec §6.2, §6.4):
+
+- Callbacks run only inside ``poll()`` (and ``close()``), in the task that called it, one
+  at a time and never concurrently with each other.
+- Under eager rebalancing, ``on_partitions_revoked`` is called with everything owned before
+  every rejoin (even an empty set), then ``on_partitions_assigned`` with what was added
+  (even an empty set) once the rebalance completes.
+- ``on_partitions_lost`` replaces revoked when the member already lost its generation
+  (session expiry, fencing, poll timeout): another member may own those partitions now, so
+  do not commit for them.
+- Each callback receives a fresh ``frozenset`` of :class:`TopicPartition`.
+- A callback may be a plain function or a coroutine function. If it raises, kgroup logs
+  ``member.listener_error`` with the traceback, finishes the rebalance step anyway (the
+  partitions are released or installed as if it had returned) and raises
+  :class:`ListenerError` from ``poll()`` afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Protocol, runtime_checkable
+
+from ._core._consumer_protocol import TopicPartition
+
+__all__ = ["RebalanceListener"]
+
+
+@runtime_checkable
+class RebalanceListener(Protocol):
+    """Implement any subset of these methods (sync or async); missing ones are skipped."""
+
+    def on_partitions_revoked(
+        self, partitions: frozenset[TopicPartition]
+    ) -> Awaitable[None] | None: ...
+
+    def on_partitions_assigned(
+        self, partitions: frozenset[TopicPartition]
+    ) -> Awaitable[None] | None: ...
+
+    def on_partitions_lost(
+        self, partitions: frozenset[TopicPartition]
+    ) -> Awaitable[None] | None: ...

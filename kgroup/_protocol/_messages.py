@@ -1,0 +1,539 @@
+"""Translate kgroup's version-free group messages to and from aiokafka wire structs.
+
+The sans-I/O core decides *what* to send as frozen values (``kgroup._core._messages``). This
+module decides *how*: ``to_wire`` wraps a request value in a ``WireRequest``, an aiokafka
+``Request`` builder, and ``AIOKafkaConnection.send`` calls its ``prepare(conn._versions)``,
+which picks the highest version both kgroup and the broker support (spec section 4.0) and
+builds that version's struct (``kgroup._protocol._schemas``). When the answer arrives,
+``from_wire`` turns the decoded response struct back into a response value, filling the
+fields the negotiated version cannot carry with their documented defaults.
+
+Errors, and who is to blame:
+
+* ``UnsupportedVersion``, from ``prepare``: no version in common, the broker does not offer
+  the API, or the request needs a newer version than the broker has (a ``group_instance_id``
+  needs JoinGroup v5, SyncGroup v3, Heartbeat v3 or LeaveGroup v3). Never aiokafka's
+  ``NotImplementedError`` or ``IncompatibleBrokerVersion``.
+* ``LocalProtocolError``, from encoding: kgroup passed a value the schema cannot carry (an
+  int32 out of range, a string longer than 32767 bytes).
+* ``RemoteProtocolError``, from decoding or ``from_wire``: the broker's answer does not fit
+  the schema (a null where none is allowed, a FindCoordinator v4+ answer without exactly
+  one coordinator, bytes that cannot be decoded or are left over).
+
+Fields dropped silently when the version cannot carry them, as the Java client does:
+JoinGroup ``reason`` below v8, SyncGroup ``protocol_type``/``protocol_name`` below v5,
+LeaveGroup ``reason`` below v5. Reasons longer than 255 characters are truncated (KIP-800,
+``JoinGroupRequest.maybeTruncateReason``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeAlias
+
+from aiokafka.protocol.api import Request, RequestStruct, Response
+
+from kgroup._core._messages import (
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupMember,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupMemberResult,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kgroup._errors import LocalProtocolError, RemoteProtocolError, UnsupportedVersion
+from kgroup._protocol._schemas import (
+    API_NAMES,
+    REQUEST_STRUCTS,
+    SUPPORTED_VERSIONS,
+    api_label,
+)
+
+__all__ = [
+    "API_NAMES",
+    "MAX_REASON_LENGTH",
+    "STATIC_MEMBERSHIP_VERSIONS",
+    "SUPPORTED_VERSIONS",
+    "GroupRequest",
+    "GroupResponse",
+    "WireRequest",
+    "choose_version",
+    "from_wire",
+    "to_wire",
+]
+
+GroupRequest: TypeAlias = (
+    FindCoordinatorRequest
+    | JoinGroupRequest
+    | SyncGroupRequest
+    | HeartbeatRequest
+    | LeaveGroupRequest
+)
+GroupResponse: TypeAlias = (
+    FindCoordinatorResponse
+    | JoinGroupResponse
+    | SyncGroupResponse
+    | HeartbeatResponse
+    | LeaveGroupResponse
+)
+
+#: The first version of each API that carries ``group_instance_id`` (KIP-345).
+STATIC_MEMBERSHIP_VERSIONS: Final[dict[int, int]] = {11: 5, 12: 3, 13: 3, 14: 3}
+
+#: Brokers keep at most this many characters of a JoinGroup or LeaveGroup reason (KIP-800).
+MAX_REASON_LENGTH: Final = 255
+
+_GROUP_KEY_TYPE: Final = 0  # FindCoordinator key_type: 0 = group, 1 = transaction, 2 = share
+
+
+def choose_version(api_key: int, broker_range: tuple[int, int]) -> int:
+    """The highest version of ``api_key`` that both kgroup and the broker support.
+
+    ``broker_range`` is the broker's inclusive ``(min, max)`` from ApiVersions. Raises
+    ``UnsupportedVersion`` when the ranges do not overlap, and ``LocalProtocolError`` for an
+    API key kgroup does not speak (a bug in the caller).
+    """
+    version = _highest_common(api_key, broker_range)
+    if version is None:
+        name = API_NAMES[api_key]
+        raise UnsupportedVersion(f"{name}: {_no_common(api_key, broker_range)}", api=name)
+    return version
+
+
+def _highest_common(api_key: int, broker_range: tuple[int, int]) -> int | None:
+    ours = SUPPORTED_VERSIONS.get(api_key)
+    if ours is None:
+        raise LocalProtocolError(f"kgroup does not implement API key {api_key}")
+    high = min(ours[1], broker_range[1])
+    return high if high >= max(ours[0], broker_range[0]) else None
+
+
+def _no_common(api_key: int, broker_range: tuple[int, int]) -> str:
+    low, high = SUPPORTED_VERSIONS[api_key]
+    return (
+        f"no version in common: the broker supports v{broker_range[0]}-v{broker_range[1]}, "
+        f"kgroup v{low}-v{high}"
+    )
+
+
+class WireRequest(Request[RequestStruct]):  # type: ignore[misc]  # aiokafka is untyped
+    """An aiokafka ``Request`` builder for one kgroup request value.
+
+    ``API_KEY`` is set per instance (one builder class serves the five APIs).
+    ``prepare(versions)`` negotiates against the connection's ApiVersions ranges and returns
+    the struct to send; ``build(cls)`` fills a given struct class. ``fields`` holds every
+    field any version may need, by wire name; each version takes the ones its schema lists.
+    """
+
+    API_KEY = -1  # replaced per instance; aiokafka requires the class attribute to exist
+
+    def __init__(
+        self,
+        api_key: int,
+        fields: Mapping[str, Any],
+        *,
+        group_id: str,
+        member_id: str = "",
+        min_version: int = 0,
+        needs: str = "",
+    ) -> None:
+        self.API_KEY = api_key
+        self.api_name = API_NAMES[api_key]
+        self.fields = fields
+        self.group_id = group_id
+        self.member_id = member_id
+        self.min_version = min_version
+        self.needs = needs
+
+    def __repr__(self) -> str:
+        return f"<WireRequest {self.api_name} group={self.group_id!r}>"
+
+    def prepare(self, versions: Mapping[int, tuple[int, int]]) -> Any:
+        """Build the struct of the highest version both sides support.
+
+        Raises ``UnsupportedVersion`` if the broker lacks the API, shares no version with
+        kgroup, or cannot carry what this request needs (``min_version``).
+        """
+        broker = versions.get(self.API_KEY)
+        if broker is None:
+            low, high = SUPPORTED_VERSIONS[self.API_KEY]
+            raise self._unsupported(
+                f"the broker does not offer this API (API key {self.API_KEY}); "
+                f"kgroup needs v{low}-v{high}"
+            )
+        version = _highest_common(self.API_KEY, broker)
+        if version is None:
+            raise self._unsupported(_no_common(self.API_KEY, broker))
+        if version < self.min_version:
+            raise self._unsupported(
+                f"{self.needs} needs v{self.min_version} or later, "
+                f"but the broker supports v{broker[0]}-v{broker[1]}"
+            )
+        return self.build(REQUEST_STRUCTS[self.API_KEY][version])
+
+    def build(self, request_struct_class: type[Any]) -> Any:
+        """Fill ``request_struct_class`` with the fields its schema lists."""
+        label = api_label(self.API_KEY, request_struct_class.API_VERSION)
+        return request_struct_class(*_fill(request_struct_class.SCHEMA, self.fields, label))
+
+    def _unsupported(self, problem: str) -> UnsupportedVersion:
+        return UnsupportedVersion(
+            f"{self.api_name}: {problem}",
+            group_id=self.group_id,
+            member_id=self.member_id,
+            api=self.api_name,
+        )
+
+
+def _fill(schema: Any, fields: Mapping[str, Any], label: str) -> list[Any]:
+    """The values of ``schema``'s fields, in order; array elements become tuples.
+
+    Every ``tags`` slot gets ``{}``: aiokafka's ``TaggedFields.encode`` cannot encode more.
+    """
+    row: list[Any] = []
+    for name, kind in zip(schema.names, schema.fields, strict=True):
+        if name == "tags":
+            row.append({})
+            continue
+        if name not in fields:
+            raise LocalProtocolError(f"{label} request: no value for field {name!r}")
+        value = fields[name]
+        element = getattr(kind, "array_of", None)
+        if element is not None and hasattr(element, "names") and value is not None:
+            value = [tuple(_fill(element, item, label)) for item in value]
+        row.append(value)
+    return row
+
+
+def _truncate_reason(reason: str | None) -> str | None:
+    return None if reason is None else reason[:MAX_REASON_LENGTH]
+
+
+def to_wire(request: GroupRequest) -> WireRequest:
+    """An aiokafka request builder for ``request``; the version is chosen at ``prepare``."""
+    match request:
+        case FindCoordinatorRequest():
+            return WireRequest(
+                10,
+                {
+                    "key": request.group_id,
+                    "key_type": _GROUP_KEY_TYPE,
+                    "coordinator_keys": [request.group_id],
+                },
+                group_id=request.group_id,
+            )
+        case JoinGroupRequest():
+            return _with_instance_id(
+                11,
+                request.group_instance_id,
+                {
+                    "group_id": request.group_id,
+                    "session_timeout_ms": request.session_timeout_ms,
+                    "rebalance_timeout_ms": request.rebalance_timeout_ms,
+                    "member_id": request.member_id,
+                    "group_instance_id": request.group_instance_id,
+                    "protocol_type": request.protocol_type,
+                    "protocols": [
+                        {"name": name, "metadata": metadata} for name, metadata in request.protocols
+                    ],
+                    "reason": _truncate_reason(request.reason),
+                },
+                group_id=request.group_id,
+                member_id=request.member_id,
+            )
+        case SyncGroupRequest():
+            return _with_instance_id(
+                14,
+                request.group_instance_id,
+                {
+                    "group_id": request.group_id,
+                    "generation_id": request.generation_id,
+                    "member_id": request.member_id,
+                    "group_instance_id": request.group_instance_id,
+                    "protocol_type": request.protocol_type,
+                    "protocol_name": request.protocol_name,
+                    "assignments": [
+                        {"member_id": member_id, "assignment": assignment}
+                        for member_id, assignment in request.assignments
+                    ],
+                },
+                group_id=request.group_id,
+                member_id=request.member_id,
+            )
+        case HeartbeatRequest():
+            return _with_instance_id(
+                12,
+                request.group_instance_id,
+                {
+                    "group_id": request.group_id,
+                    "generation_id": request.generation_id,
+                    "member_id": request.member_id,
+                    "group_instance_id": request.group_instance_id,
+                },
+                group_id=request.group_id,
+                member_id=request.member_id,
+            )
+        case LeaveGroupRequest():
+            return _with_instance_id(
+                13,
+                request.group_instance_id,
+                {
+                    "group_id": request.group_id,
+                    "member_id": request.member_id,
+                    "members": [
+                        {
+                            "member_id": request.member_id,
+                            "group_instance_id": request.group_instance_id,
+                            "reason": _truncate_reason(request.reason),
+                        }
+                    ],
+                },
+                group_id=request.group_id,
+                member_id=request.member_id,
+            )
+        case _:
+            raise TypeError(f"not a kgroup group request: {type(request).__name__}")
+
+
+def _with_instance_id(
+    api_key: int,
+    group_instance_id: str | None,
+    fields: Mapping[str, Any],
+    *,
+    group_id: str,
+    member_id: str,
+) -> WireRequest:
+    """A builder that refuses versions too old for a set ``group_instance_id``."""
+    if group_instance_id is None:
+        return WireRequest(api_key, fields, group_id=group_id, member_id=member_id)
+    return WireRequest(
+        api_key,
+        fields,
+        group_id=group_id,
+        member_id=member_id,
+        min_version=STATIC_MEMBERSHIP_VERSIONS[api_key],
+        needs="group_instance_id (static membership)",
+    )
+
+
+# --- Decoding -------------------------------------------------------------------------------
+
+_MISSING: Final = object()
+
+
+class _Fields:
+    """Checked access to one decoded struct or array element, by field name.
+
+    Each getter raises ``RemoteProtocolError`` naming the API, version and field when the
+    field is absent or holds the wrong kind of value, so no ``KeyError``, ``TypeError`` or
+    ``AttributeError`` escapes ``from_wire``.
+    """
+
+    def __init__(self, label: str, schema: Any, values: Mapping[str, object]) -> None:
+        self.label = label
+        self._schema = schema
+        self._values = values
+
+    @classmethod
+    def of_struct(cls, label: str, struct: Any) -> _Fields:
+        schema = getattr(struct, "SCHEMA", None)
+        names = getattr(schema, "names", None)
+        if not isinstance(names, tuple):
+            raise RemoteProtocolError(f"{label} response: not a protocol struct: {struct!r}")
+        return cls(label, schema, {name: getattr(struct, name, _MISSING) for name in names})
+
+    def error(self, problem: str) -> RemoteProtocolError:
+        return RemoteProtocolError(f"{self.label} response: {problem}")
+
+    def _get(self, name: str) -> object:
+        value = self._values.get(name, _MISSING)
+        if value is _MISSING:
+            raise self.error(f"field {name!r} is missing")
+        return value
+
+    def _wrong(self, name: str, expected: str, value: object) -> RemoteProtocolError:
+        return self.error(f"field {name!r} should be {expected}, got {value!r}")
+
+    def get_int(self, name: str) -> int:
+        value = self._get(name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise self._wrong(name, "an integer", value)
+        return value
+
+    def get_bool(self, name: str) -> bool:
+        value = self._get(name)
+        if not isinstance(value, bool):
+            raise self._wrong(name, "a boolean", value)
+        return value
+
+    def get_nullable_str(self, name: str) -> str | None:
+        value = self._get(name)
+        if value is not None and not isinstance(value, str):
+            raise self._wrong(name, "a string or null", value)
+        return value
+
+    def get_str(self, name: str) -> str:
+        value = self.get_nullable_str(name)
+        if value is None:
+            raise self._wrong(name, "a string (it is not nullable)", value)
+        return value
+
+    def get_bytes(self, name: str, *, null_as_empty: bool = False) -> bytes:
+        value = self._get(name)
+        if value is None and null_as_empty:
+            return b""
+        if not isinstance(value, bytes):
+            raise self._wrong(name, "bytes (not nullable)", value)
+        return value
+
+    def get_array(self, name: str) -> list[_Fields]:
+        """The elements of an array of structs, each as ``_Fields``."""
+        value = self._get(name)
+        if not isinstance(value, list | tuple):
+            raise self._wrong(name, "an array (it is not nullable)", value)
+        kind = self._schema.fields[self._schema.names.index(name)]
+        element = getattr(kind, "array_of", None)
+        names = getattr(element, "names", None)
+        if not isinstance(names, tuple):
+            raise self.error(f"field {name!r} is not an array of structs")
+        items: list[_Fields] = []
+        for index, item in enumerate(value):
+            if not isinstance(item, Sequence) or len(item) != len(names):
+                raise self.error(f"{name}[{index}] should have fields {names}, got {item!r}")
+            items.append(
+                _Fields(
+                    f"{self.label} {name}[{index}]", element, dict(zip(names, item, strict=True))
+                )
+            )
+        return items
+
+
+def from_wire(response: Response) -> GroupResponse:
+    """The response value for a decoded response struct of one of kgroup's five APIs.
+
+    Raises ``RemoteProtocolError`` naming the API and the problem when the struct is not one
+    of them or does not follow its version's schema.
+    """
+    api_key = getattr(response, "API_KEY", None)
+    version = getattr(response, "API_VERSION", None)
+    if not isinstance(api_key, int) or not isinstance(version, int) or api_key not in _DECODERS:
+        raise RemoteProtocolError(
+            f"unexpected response struct {type(response).__name__} "
+            f"(API key {api_key!r}, version {version!r}): not a kgroup group API"
+        )
+    label = api_label(api_key, version)
+    fields = _Fields.of_struct(label, response)
+    try:
+        return _DECODERS[api_key](fields, version)
+    except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+        # A struct whose SCHEMA itself is broken; the getters catch everything else.
+        raise RemoteProtocolError(f"{label} response is malformed: {exc!r}") from exc
+
+
+def _throttle(fields: _Fields, version: int, first: int) -> int:
+    return fields.get_int("throttle_time_ms") if version >= first else 0
+
+
+def _find_coordinator(fields: _Fields, version: int) -> FindCoordinatorResponse:
+    """v1-v3 answer at top level; v4+ in a ``coordinators`` batch, which must hold exactly
+    the one key kgroup asked for [AC:920-924]."""
+    throttle_time_ms = _throttle(fields, version, 1)
+    if version >= 4:
+        coordinators = fields.get_array("coordinators")
+        if len(coordinators) != 1:
+            raise fields.error(f"expected exactly one coordinator, got {len(coordinators)}")
+        entry = coordinators[0]
+        error_message = entry.get_nullable_str("error_message")
+    else:
+        entry = fields
+        error_message = entry.get_nullable_str("error_message") if version >= 1 else None
+    return FindCoordinatorResponse(
+        error_code=entry.get_int("error_code"),
+        node_id=entry.get_int("node_id"),
+        host=entry.get_str("host"),
+        port=entry.get_int("port"),
+        error_message=error_message,
+        throttle_time_ms=throttle_time_ms,
+    )
+
+
+def _join_group(fields: _Fields, version: int) -> JoinGroupResponse:
+    """v7+ may send a null protocol_type/protocol_name (on errors); below v7 protocol_type
+    does not exist (None) and protocol_name is never null. skip_assignment is v9+."""
+    members = tuple(
+        JoinGroupMember(
+            member_id=member.get_str("member_id"),
+            group_instance_id=(
+                member.get_nullable_str("group_instance_id") if version >= 5 else None
+            ),
+            metadata=member.get_bytes("metadata"),
+        )
+        for member in fields.get_array("members")
+    )
+    return JoinGroupResponse(
+        error_code=fields.get_int("error_code"),
+        generation_id=fields.get_int("generation_id"),
+        protocol_type=fields.get_nullable_str("protocol_type") if version >= 7 else None,
+        protocol_name=(
+            fields.get_nullable_str("protocol_name")
+            if version >= 7
+            else fields.get_str("protocol_name")
+        ),
+        leader=fields.get_str("leader"),
+        skip_assignment=fields.get_bool("skip_assignment") if version >= 9 else False,
+        member_id=fields.get_str("member_id"),
+        members=members,
+        throttle_time_ms=_throttle(fields, version, 2),
+    )
+
+
+def _sync_group(fields: _Fields, version: int) -> SyncGroupResponse:
+    """protocol_type/protocol_name exist from v5; a null assignment reads as empty."""
+    return SyncGroupResponse(
+        error_code=fields.get_int("error_code"),
+        protocol_type=fields.get_nullable_str("protocol_type") if version >= 5 else None,
+        protocol_name=fields.get_nullable_str("protocol_name") if version >= 5 else None,
+        assignment=fields.get_bytes("assignment", null_as_empty=True),
+        throttle_time_ms=_throttle(fields, version, 1),
+    )
+
+
+def _heartbeat(fields: _Fields, version: int) -> HeartbeatResponse:
+    return HeartbeatResponse(
+        error_code=fields.get_int("error_code"),
+        throttle_time_ms=_throttle(fields, version, 1),
+    )
+
+
+def _leave_group(fields: _Fields, version: int) -> LeaveGroupResponse:
+    """Per-member results exist from v3; below that ``members`` is empty."""
+    members: tuple[LeaveGroupMemberResult, ...] = ()
+    if version >= 3:
+        members = tuple(
+            LeaveGroupMemberResult(
+                member_id=member.get_str("member_id"),
+                group_instance_id=member.get_nullable_str("group_instance_id"),
+                error_code=member.get_int("error_code"),
+            )
+            for member in fields.get_array("members")
+        )
+    return LeaveGroupResponse(
+        error_code=fields.get_int("error_code"),
+        members=members,
+        throttle_time_ms=_throttle(fields, version, 1),
+    )
+
+
+_DECODERS: Final[dict[int, Callable[[_Fields, int], GroupResponse]]] = {
+    10: _find_coordinator,
+    11: _join_group,
+    12: _heartbeat,
+    13: _leave_group,
+    14: _sync_group,
+}

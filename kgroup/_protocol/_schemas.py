@@ -1,0 +1,404 @@
+"""Wire structs for the five classic group APIs: one aiokafka struct class per version.
+
+aiokafka 0.14 stops at FindCoordinator v1, JoinGroup v5, SyncGroup v3, Heartbeat v1 and
+LeaveGroup v1, and has no flexible (KIP-482) version of any of them. kgroup therefore defines
+every version it speaks itself, from Kafka's JSON message schemas
+(``clients/src/main/resources/common/message/<Name>{Request,Response}.json``), as subclasses
+of aiokafka's ``RequestStruct`` and ``Response`` so that ``AIOKafkaConnection.send`` can
+frame, correlate and decode them like its own.
+
+How the schemas are written
+    One function per API and direction takes a version and returns the aiokafka ``Schema``
+    for it: the fields in wire order, each guarded by the version range the JSON file gives
+    it (``_since(v, 5, ...)`` is ``"versions": "5+"``, ``_until(v, 3, ...)`` is
+    ``"versions": "0-3"``, ``_between(v, 1, 3, ...)`` is ``"versions": "1-3"``). Field names
+    are the JSON names in snake_case.
+
+Flexible versions (KIP-482)
+    Strings, bytes and arrays become compact (an unsigned varint holding length + 1, where 0
+    means null), and every struct, each array element included, ends with a tagged-field
+    section. kgroup always sends an empty one: aiokafka's ``TaggedFields.encode`` omits the
+    size varint, so anything but ``{}`` would corrupt the request. Received tagged fields are
+    decoded correctly and ignored (none is defined for these APIs).
+
+Failures
+    A request struct that cannot be encoded raises ``LocalProtocolError`` (kgroup passed a
+    value the schema cannot carry). A response that cannot be decoded, or that leaves bytes
+    over, raises ``RemoteProtocolError``; inside ``AIOKafkaConnection`` that closes the
+    connection and becomes the ``__cause__`` of the ``KafkaConnectionError`` the pending
+    requests fail with.
+"""
+
+from __future__ import annotations
+
+import struct
+import types
+from collections.abc import Callable
+from io import BytesIO
+from typing import Any, Final, NamedTuple, cast
+
+from aiokafka.protocol.api import RequestStruct, Response
+from aiokafka.protocol.types import (
+    Array,
+    Boolean,
+    Bytes,
+    CompactArray,
+    CompactBytes,
+    CompactString,
+    Int8,
+    Int16,
+    Int32,
+    Schema,
+    String,
+    TaggedFields,
+)
+
+from kgroup._errors import LocalProtocolError, RemoteProtocolError
+
+__all__ = [
+    "API_NAMES",
+    "FLEXIBLE_FROM",
+    "REQUEST_STRUCTS",
+    "SUPPORTED_VERSIONS",
+    "api_label",
+]
+
+#: The group APIs kgroup speaks, by API key.
+API_NAMES: Final[dict[int, str]] = {
+    10: "FindCoordinator",
+    11: "JoinGroup",
+    12: "Heartbeat",
+    13: "LeaveGroup",
+    14: "SyncGroup",
+}
+
+#: The versions kgroup implements, per API key, inclusive (spec section 4.8).
+#: FindCoordinator v0 (no key type) and JoinGroup v0-v1 (no rebalance timeout, no throttle
+#: time) are left out: Kafka 4.0 removed them (KIP-896) and every broker since 2.0 has more.
+#: FindCoordinator v5 and v6 have the v4 layout: they only add error codes and key types that
+#: a group lookup never meets, so the newest broker gets the newest version.
+SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
+    10: (1, 6),
+    11: (2, 9),
+    12: (0, 4),
+    13: (0, 5),
+    14: (0, 5),
+}
+
+#: The first flexible (KIP-482) version of each API.
+FLEXIBLE_FROM: Final[dict[int, int]] = {10: 3, 11: 6, 12: 4, 13: 4, 14: 4}
+
+_Field = tuple[str, Any]
+
+
+def api_label(api_key: int, version: int) -> str:
+    """``"JoinGroup v9"``: how errors name a request or response."""
+    return f"{API_NAMES.get(api_key, f'API {api_key}')} v{version}"
+
+
+class _Format:
+    """The primitive types of one API version: classic or flexible."""
+
+    def __init__(self, *, flexible: bool) -> None:
+        self.flexible = flexible
+        self.string: Any = CompactString("utf-8") if flexible else String("utf-8")
+        self.bytes: Any = CompactBytes if flexible else Bytes
+
+    def struct(self, *fields: _Field) -> Any:
+        """A struct schema; a flexible one ends with its tagged-field section."""
+        if self.flexible:
+            fields = (*fields, ("tags", TaggedFields))
+        return Schema(*fields)
+
+    def array(self, *fields: _Field) -> Any:
+        """An array of structs (each element a tuple in ``fields`` order, plus tags)."""
+        element = self.struct(*fields)
+        return CompactArray(element) if self.flexible else Array(element)
+
+    def array_of(self, item: Any) -> Any:
+        """An array of a primitive type."""
+        return CompactArray(item) if self.flexible else Array(item)
+
+
+def _between(version: int, first: int, last: int, *fields: _Field) -> tuple[_Field, ...]:
+    """``fields`` if they exist in ``version`` (JSON ``"versions": "<first>-<last>"``)."""
+    return fields if first <= version <= last else ()
+
+
+def _since(version: int, first: int, *fields: _Field) -> tuple[_Field, ...]:
+    """``fields`` if they exist in ``version`` (JSON ``"versions": "<first>+"``)."""
+    return fields if version >= first else ()
+
+
+def _until(version: int, last: int, *fields: _Field) -> tuple[_Field, ...]:
+    """``fields`` if they exist in ``version`` (JSON ``"versions": "0-<last>"``)."""
+    return fields if version <= last else ()
+
+
+# FindCoordinator (10). v1 adds key_type and, in the response, throttle time and an error
+# message; v3 is flexible; v4 (KIP-699) replaces the single key with a batch of keys and
+# the response fields with one ``coordinators`` entry per key; v5 and v6 keep the layout.
+
+
+def _find_coordinator_request(v: int) -> Any:
+    f = _Format(flexible=v >= 3)
+    return f.struct(
+        *_until(v, 3, ("key", f.string)),
+        *_since(v, 1, ("key_type", Int8)),
+        *_since(v, 4, ("coordinator_keys", f.array_of(f.string))),
+    )
+
+
+def _find_coordinator_response(v: int) -> Any:
+    f = _Format(flexible=v >= 3)
+    return f.struct(
+        *_since(v, 1, ("throttle_time_ms", Int32)),
+        *_until(v, 3, ("error_code", Int16)),
+        *_between(v, 1, 3, ("error_message", f.string)),
+        *_until(v, 3, ("node_id", Int32), ("host", f.string), ("port", Int32)),
+        *_since(
+            v,
+            4,
+            (
+                "coordinators",
+                f.array(
+                    ("key", f.string),
+                    ("node_id", Int32),
+                    ("host", f.string),
+                    ("port", Int32),
+                    ("error_code", Int16),
+                    ("error_message", f.string),
+                ),
+            ),
+        ),
+    )
+
+
+# JoinGroup (11). v1 adds rebalance_timeout_ms; v2 the response throttle time; v4 answers
+# an unknown member with MEMBER_ID_REQUIRED (KIP-394); v5 adds group_instance_id (KIP-345);
+# v6 is flexible; v7 adds the response protocol_type and makes protocol_name nullable
+# (KIP-559); v8 adds the request reason (KIP-800); v9 the response skip_assignment (KIP-814).
+
+
+def _join_group_request(v: int) -> Any:
+    f = _Format(flexible=v >= 6)
+    return f.struct(
+        ("group_id", f.string),
+        ("session_timeout_ms", Int32),
+        *_since(v, 1, ("rebalance_timeout_ms", Int32)),
+        ("member_id", f.string),
+        *_since(v, 5, ("group_instance_id", f.string)),
+        ("protocol_type", f.string),
+        ("protocols", f.array(("name", f.string), ("metadata", f.bytes))),
+        *_since(v, 8, ("reason", f.string)),
+    )
+
+
+def _join_group_response(v: int) -> Any:
+    f = _Format(flexible=v >= 6)
+    return f.struct(
+        *_since(v, 2, ("throttle_time_ms", Int32)),
+        ("error_code", Int16),
+        ("generation_id", Int32),
+        *_since(v, 7, ("protocol_type", f.string)),
+        ("protocol_name", f.string),
+        ("leader", f.string),
+        *_since(v, 9, ("skip_assignment", Boolean)),
+        ("member_id", f.string),
+        (
+            "members",
+            f.array(
+                ("member_id", f.string),
+                *_since(v, 5, ("group_instance_id", f.string)),
+                ("metadata", f.bytes),
+            ),
+        ),
+    )
+
+
+# Heartbeat (12). v1 adds the response throttle time; v3 group_instance_id; v4 is flexible.
+
+
+def _heartbeat_request(v: int) -> Any:
+    f = _Format(flexible=v >= 4)
+    return f.struct(
+        ("group_id", f.string),
+        ("generation_id", Int32),
+        ("member_id", f.string),
+        *_since(v, 3, ("group_instance_id", f.string)),
+    )
+
+
+def _heartbeat_response(v: int) -> Any:
+    f = _Format(flexible=v >= 4)
+    return f.struct(*_since(v, 1, ("throttle_time_ms", Int32)), ("error_code", Int16))
+
+
+# LeaveGroup (13). v1 adds the response throttle time; v3 replaces member_id with a batch of
+# {member_id, group_instance_id} and answers each with its own error (KIP-345); v4 is
+# flexible; v5 adds members[].reason (KIP-800).
+
+
+def _leave_group_request(v: int) -> Any:
+    f = _Format(flexible=v >= 4)
+    return f.struct(
+        ("group_id", f.string),
+        *_until(v, 2, ("member_id", f.string)),
+        *_since(
+            v,
+            3,
+            (
+                "members",
+                f.array(
+                    ("member_id", f.string),
+                    ("group_instance_id", f.string),
+                    *_since(v, 5, ("reason", f.string)),
+                ),
+            ),
+        ),
+    )
+
+
+def _leave_group_response(v: int) -> Any:
+    f = _Format(flexible=v >= 4)
+    return f.struct(
+        *_since(v, 1, ("throttle_time_ms", Int32)),
+        ("error_code", Int16),
+        *_since(
+            v,
+            3,
+            (
+                "members",
+                f.array(
+                    ("member_id", f.string),
+                    ("group_instance_id", f.string),
+                    ("error_code", Int16),
+                ),
+            ),
+        ),
+    )
+
+
+# SyncGroup (14). v1 adds the response throttle time; v3 group_instance_id; v4 is flexible;
+# v5 adds protocol_type and protocol_name to request and response (KIP-559).
+
+
+def _sync_group_request(v: int) -> Any:
+    f = _Format(flexible=v >= 4)
+    return f.struct(
+        ("group_id", f.string),
+        ("generation_id", Int32),
+        ("member_id", f.string),
+        *_since(v, 3, ("group_instance_id", f.string)),
+        *_since(v, 5, ("protocol_type", f.string), ("protocol_name", f.string)),
+        ("assignments", f.array(("member_id", f.string), ("assignment", f.bytes))),
+    )
+
+
+def _sync_group_response(v: int) -> Any:
+    f = _Format(flexible=v >= 4)
+    return f.struct(
+        *_since(v, 1, ("throttle_time_ms", Int32)),
+        ("error_code", Int16),
+        *_since(v, 5, ("protocol_type", f.string), ("protocol_name", f.string)),
+        ("assignment", f.bytes),
+    )
+
+
+class _Schemas(NamedTuple):
+    request: Callable[[int], Any]
+    response: Callable[[int], Any]
+
+
+_SCHEMAS: Final[dict[int, _Schemas]] = {
+    10: _Schemas(_find_coordinator_request, _find_coordinator_response),
+    11: _Schemas(_join_group_request, _join_group_response),
+    12: _Schemas(_heartbeat_request, _heartbeat_response),
+    13: _Schemas(_leave_group_request, _leave_group_response),
+    14: _Schemas(_sync_group_request, _sync_group_response),
+}
+
+# Everything struct-level that encoding or decoding can raise on a bad value or bad bytes:
+# aiokafka wraps most ``struct.error``s in ValueError, but not the one from reading a varint
+# past the end of the buffer.
+_CODEC_ERRORS: Final = (ValueError, TypeError, IndexError, OverflowError, struct.error)
+
+
+class _EncodeGuard:
+    """Request-struct mixin: a value the schema cannot carry is kgroup's own fault."""
+
+    API_KEY: int
+    API_VERSION: int
+
+    def encode(self) -> bytes:
+        try:
+            return cast(bytes, cast(Any, super()).encode())
+        except _CODEC_ERRORS as exc:
+            label = api_label(self.API_KEY, self.API_VERSION)
+            raise LocalProtocolError(f"{label} request cannot be encoded: {exc}") from exc
+
+
+class _DecodeGuard:
+    """Response mixin: undecodable bytes, or bytes left over, are the broker's fault.
+
+    aiokafka's ``Struct.decode`` ignores trailing bytes; here they mean the broker answered
+    with another layout than the negotiated version's, so they are an error too.
+    """
+
+    API_KEY: int
+    API_VERSION: int
+
+    @classmethod
+    def decode(cls, data: BytesIO | bytes) -> Any:
+        buffer = BytesIO(data) if isinstance(data, bytes | bytearray | memoryview) else data
+        label = api_label(cls.API_KEY, cls.API_VERSION)
+        try:
+            decoded = cast(Any, super()).decode(buffer)
+        except _CODEC_ERRORS as exc:
+            raise RemoteProtocolError(f"{label} response cannot be decoded: {exc}") from exc
+        left_over = len(buffer.read())
+        if left_over:
+            raise RemoteProtocolError(
+                f"{label} response has {left_over} unexpected bytes after its last field"
+            )
+        return decoded
+
+
+def _define(api_key: int, version: int) -> type[Any]:
+    """Create the request struct class (and its response class) for one API version."""
+    name = API_NAMES[api_key]
+    schemas = _SCHEMAS[api_key]
+    response_attrs = {
+        "__module__": __name__,
+        "__doc__": f"{name} response v{version}.",
+        "API_KEY": api_key,
+        "API_VERSION": version,
+        "SCHEMA": schemas.response(version),
+    }
+    response = types.new_class(
+        f"{name}Response_v{version}",
+        (_DecodeGuard, Response),
+        exec_body=lambda ns: ns.update(response_attrs),
+    )
+    request_attrs = {
+        "__module__": __name__,
+        "__doc__": f"{name} request v{version}.",
+        "API_KEY": api_key,
+        "API_VERSION": version,
+        "FLEXIBLE_VERSION": version >= FLEXIBLE_FROM[api_key],
+        "RESPONSE_TYPE": response,
+        "SCHEMA": schemas.request(version),
+    }
+    return types.new_class(
+        f"{name}Request_v{version}",
+        (_EncodeGuard, RequestStruct),
+        exec_body=lambda ns: ns.update(request_attrs),
+    )
+
+
+#: ``REQUEST_STRUCTS[api_key][version]`` is the request struct class; its ``RESPONSE_TYPE``
+#: is the matching response class.
+REQUEST_STRUCTS: Final[dict[int, dict[int, type[Any]]]] = {
+    api_key: {version: _define(api_key, version) for version in range(low, high + 1)}
+    for api_key, (low, high) in SUPPORTED_VERSIONS.items()
+}

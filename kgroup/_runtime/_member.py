@@ -1,0 +1,593 @@
+"""GroupMember: the asyncio runtime around the sans-I/O :class:`MemberCore`.
+
+What this module owns, and nothing else: the tasks, the connections and the Events.
+
+Tasks (all created through :class:`_TaskOwner`, which ``close()`` cancels and awaits):
+
+- the **heartbeat task** (``_heartbeat_loop``), started on open and alive until close. It
+  asks the core what to do and waits on ``_hb_wake`` (an ``asyncio.Event``) with a timeout
+  until the next deadline. Woken by: ``poll()`` when a heartbeat is due, the join chain when
+  heartbeats are enabled, a coordinator found, close.
+- the **join chain task** (``_run_chain``): one JoinGroup->SyncGroup round trip. It is
+  started by ``poll()`` but owned by the member, and ``poll()`` only *waits* for it: a
+  cancelled or timed-out ``poll()`` never cancels an in-flight JoinGroup (spec §6.1); the
+  next ``poll()`` waits for the same chain.
+- the **coordinator lookup task** (``_lookup_once``): at most one at a time, shared by both
+  drivers.
+
+User callbacks run only in ``poll()`` and ``close()``, in the caller's task (KIP-62).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import inspect
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import sniffio
+
+from .._config import GroupConfig
+from .._core._consumer_protocol import TopicPartition
+from .._core._embedding import ConsumerEmbedding, ListenerCall
+from .._core._member import (
+    AwaitJoin,
+    CompleteJoin,
+    ComputeAssignment,
+    FindCoordinator,
+    HeartbeatDisabled,
+    HeartbeatFindCoordinator,
+    HeartbeatWait,
+    Idle,
+    MemberCore,
+    PollTimeoutLeave,
+    PrepareJoin,
+    RaiseFatal,
+    SendHeartbeat,
+    SendJoinGroup,
+    SendSyncGroup,
+    Sleep,
+)
+from .._core._messages import LeaveGroupRequest, LeaveGroupResponse
+from .._core._state import Coordinator, Generation, MemberState
+from .._errors import (
+    AssignmentError,
+    CoordinatorError,
+    KGroupError,
+    ListenerError,
+    RemoteProtocolError,
+    UnexpectedBrokerError,
+    UsageError,
+)
+from .._listener import RebalanceListener
+from .._log import log_core_event, logger
+from ._connection import BrokerConnection, Cluster
+
+__all__ = ["GroupMember"]
+
+
+class _Lifecycle(enum.Enum):
+    UNOPENED = "unopened"  # constructed; nothing started
+    OPEN = "open"  # tasks running
+    CLOSING = "closing"  # close() in progress
+    CLOSED = "closed"  # everything stopped; the member cannot be reopened
+
+
+class _TaskOwner:
+    """Owns every task the member starts; ``aclose`` cancels and awaits them all."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def aclose(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class GroupMember:
+    """A member of a Kafka consumer group, driven from asyncio.
+
+    Example::
+
+        async with GroupMember(GroupConfig(bootstrap_servers="localhost:9092",
+                                           group_id="g", topics=["t"])) as member:
+            while True:
+                assignment = await member.poll(timeout=1.0)
+                ...  # work on the partitions in ``assignment``
+
+    ``poll()`` is the poll path of KIP-62: call it at least every ``max_poll_interval_ms``.
+    It runs any pending rebalance (and the listener's callbacks) in the caller's task and
+    raises the fatal errors recorded by the heartbeat task. Heartbeats are sent by a task
+    beside it, so a slow iteration does not cost the membership as long as the event loop
+    itself is not blocked for longer than ``session_timeout_ms``.
+
+    Parameters:
+    - ``config``: a :class:`GroupConfig`.
+    - ``listener``: a :class:`RebalanceListener` (any subset of its methods, sync or async).
+    - ``clock``: a monotonic clock in seconds (tests); default: the event loop's ``time()``.
+    """
+
+    def __init__(
+        self,
+        config: GroupConfig,
+        *,
+        listener: RebalanceListener | object | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        if not isinstance(config, GroupConfig):
+            raise UsageError(f"config must be a GroupConfig, got {type(config).__name__}")
+        self._config = config
+        self._listener = listener
+        self._clock = clock
+        self._embedding = ConsumerEmbedding(config.topics, config.assignors, rack_id=config.rack_id)
+        self._lifecycle = _Lifecycle.UNOPENED
+        self._core: MemberCore | None = None
+        self._tasks = _TaskOwner()
+        self._hb_wake = asyncio.Event()
+        self._poll_wake = asyncio.Event()
+        self._closed_event = asyncio.Event()
+        self._chain: asyncio.Task[None] | None = None
+        self._lookup: asyncio.Task[None] | None = None
+        self._cluster = Cluster(
+            config.brokers, client_id=config.client_id, request_timeout_ms=config.request_timeout_ms
+        )
+        self._coord_conn: BrokerConnection | None = None
+        self._coord_for: Coordinator | None = None
+        self._coord_lock = asyncio.Lock()
+        self._closing_conns: set[asyncio.Future[Any]] = set()
+
+    # -- public state ----------------------------------------------------------------------------
+
+    @property
+    def config(self) -> GroupConfig:
+        return self._config
+
+    @property
+    def state(self) -> MemberState:
+        return self._core.state if self._core is not None else MemberState.UNJOINED
+
+    @property
+    def generation(self) -> Generation:
+        return self._core.generation if self._core is not None else Generation(-1, "", None)
+
+    @property
+    def member_id(self) -> str:
+        return self.generation.member_id
+
+    @property
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions this member owns now (as of its last completed rebalance)."""
+        return self._embedding.owned
+
+    @property
+    def is_leader(self) -> bool:
+        return self._core is not None and self._core.is_leader
+
+    @property
+    def closed(self) -> bool:
+        return self._lifecycle is _Lifecycle.CLOSED
+
+    def stats(self) -> dict[str, Any]:
+        """Counters for observability: rebalances, last rebalance duration, heartbeat ages."""
+        core = self._core
+        if core is None:
+            return {"rebalances": 0}
+        now = self._now()
+        received = core.timers.last_heartbeat_received
+        return {
+            "state": core.state.name,
+            "generation": core.generation.generation_id,
+            "rebalances": core.rebalances,
+            "last_rebalance_ms": core.last_rebalance_ms,
+            "last_heartbeat_age_ms": None if received is None else now - received,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"<GroupMember group={self._config.group_id!r} state={self.state.name} "
+            f"generation={self.generation.generation_id} member_id={self.member_id!r}>"
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        clock = self._clock or asyncio.get_running_loop().time
+        return clock() * 1000.0
+
+    async def __aenter__(self) -> GroupMember:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Start the heartbeat task. Joining happens in the first ``poll()``."""
+        try:
+            library = sniffio.current_async_library()
+        except sniffio.AsyncLibraryNotFoundError:
+            library = "asyncio"
+        if library != "asyncio":
+            raise UsageError(
+                f"kgroup runs on asyncio only (aiokafka is asyncio-only), not {library}: "
+                "use anyio.run(..., backend='asyncio')"
+            )
+        if self._lifecycle is not _Lifecycle.UNOPENED:
+            raise UsageError(f"GroupMember cannot be started: it is {self._lifecycle.value}")
+        self._core = MemberCore(
+            self._config,
+            protocol_type=self._embedding.protocol_type,
+            protocols=self._embedding.metadata,
+            now=self._now(),
+            observer=self._on_core_event,
+        )
+        self._lifecycle = _Lifecycle.OPEN
+        self._tasks.spawn(self._heartbeat_loop(), "kgroup-heartbeat")
+
+    def _check_open(self) -> MemberCore:
+        if self._lifecycle is not _Lifecycle.OPEN or self._core is None:
+            raise UsageError(
+                f"GroupMember is {self._lifecycle.value}: use 'async with GroupMember(...)' "
+                "or await start() first"
+                if self._lifecycle is _Lifecycle.UNOPENED
+                else f"GroupMember is {self._lifecycle.value}"
+            )
+        return self._core
+
+    def _on_core_event(self, event: str, **fields: Any) -> None:
+        log_core_event(event, **fields)
+        if event in ("member.rejoin_requested", "member.fatal_error", "member.state_changed"):
+            self._poll_wake.set()
+        if event == "member.coordinator_lost":
+            # Spec §4.0.3: the core forgot the coordinator first; now drop the connection so
+            # every request in flight on it fails at once.
+            self._drop_coordinator_connection()
+
+    # -- connections -----------------------------------------------------------------------------
+
+    def _drop_coordinator_connection(self) -> None:
+        conn, self._coord_conn, self._coord_for = self._coord_conn, None, None
+        if conn is not None:
+            fut = conn.close()
+            self._closing_conns.add(fut)
+            fut.add_done_callback(self._closing_conns.discard)
+
+    async def _coordinator_connection(self) -> BrokerConnection:
+        core = self._core
+        if core is None or self._lifecycle is _Lifecycle.CLOSED:
+            raise CoordinatorError("member is closed")
+        async with self._coord_lock:
+            coord = core.coordinator
+            if coord is None:
+                raise CoordinatorError("coordinator unknown")
+            conn = self._coord_conn
+            if conn is not None and self._coord_for is coord and conn.connected:
+                return conn
+            if conn is not None:
+                self._drop_coordinator_connection()
+            try:
+                conn = await BrokerConnection.open(
+                    coord.host,
+                    coord.port,
+                    client_id=self._config.client_id,
+                    timeout_ms=self._config.request_timeout_ms,
+                )
+            except CoordinatorError as exc:
+                if core.coordinator is coord:
+                    core.on_coordinator_unreachable(self._now(), str(exc))
+                raise
+            if core.coordinator is not coord or self._lifecycle is _Lifecycle.CLOSED:
+                await conn.aclose()
+                raise CoordinatorError("coordinator changed while connecting")
+            self._coord_conn, self._coord_for = conn, coord
+            return conn
+
+    def _ensure_lookup(self) -> asyncio.Task[None]:
+        if self._lookup is None or self._lookup.done():
+            self._lookup = self._tasks.spawn(self._lookup_once(), "kgroup-find-coordinator")
+        return self._lookup
+
+    async def _lookup_once(self) -> None:
+        core = self._check_open()
+        try:
+            response = await self._cluster.find_coordinator(core.find_coordinator_request())
+        except (CoordinatorError, RemoteProtocolError) as exc:
+            core.on_find_coordinator_failed(self._now(), str(exc))
+            return
+        except KGroupError as exc:
+            core.record_fatal(exc)
+            return
+        core.on_find_coordinator_response(response, self._now())
+        if core.coordinator is not None:
+            self._hb_wake.set()
+
+    # -- the heartbeat task ----------------------------------------------------------------------
+
+    async def _wait(self, until: float | None) -> None:
+        """Wait for ``_hb_wake`` until ``until`` (ms, the member's clock) or forever."""
+        timeout = None if until is None else max(0.0, (until - self._now()) / 1000.0)
+        try:
+            await asyncio.wait_for(self._hb_wake.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def _heartbeat_loop(self) -> None:
+        core = self._check_open()
+        try:
+            while self._lifecycle is _Lifecycle.OPEN:
+                self._hb_wake.clear()
+                action = core.heartbeat_action(self._now())
+                match action:
+                    case HeartbeatDisabled():
+                        await self._wait(None)
+                    case HeartbeatFindCoordinator(until=until):
+                        self._ensure_lookup()
+                        await self._wait(until)
+                    case HeartbeatWait(until=until):
+                        await self._wait(until)
+                    case SendHeartbeat():
+                        await self._send_heartbeat(core, action)
+                    case PollTimeoutLeave(leave=leave):
+                        logger.warning(
+                            "member.poll_timeout_left",
+                            group=self._config.group_id,
+                            sent_leave_group=leave is not None,
+                        )
+                        if leave is not None:
+                            await self._send_leave(leave)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a bug in kgroup: surface it, never lose it silently
+            logger.exception("member.heartbeat_task_crashed", group=self._config.group_id)
+            core.record_fatal(
+                UnexpectedBrokerError(
+                    f"heartbeat task crashed: {exc!r}", group_id=self._config.group_id
+                )
+            )
+
+    async def _send_heartbeat(self, core: MemberCore, action: SendHeartbeat) -> None:
+        try:
+            conn = await self._coordinator_connection()
+            response = await conn.request(action.request, action.timeout_ms)
+        except (CoordinatorError, RemoteProtocolError) as exc:
+            core.on_heartbeat_failed(self._now(), str(exc))
+            return
+        except KGroupError as exc:
+            core.timers.failed(self._now())
+            core.record_fatal(exc)
+            return
+        core.on_heartbeat_response(action.generation, response, self._now())
+
+    async def _send_leave(self, leave: LeaveGroupRequest) -> None:
+        """Best effort: sent once, never retried; errors are only logged (§4.5)."""
+        try:
+            conn = await self._coordinator_connection()
+            response: LeaveGroupResponse = await conn.request(
+                leave, self._config.request_timeout_ms
+            )
+        except KGroupError as exc:
+            logger.info("member.leave_group_failed", group=leave.group_id, error=str(exc))
+            return
+        logger.info(
+            "member.left_group",
+            group=leave.group_id,
+            member_id=leave.member_id,
+            error_code=response.effective_error,
+        )
+
+    # -- the join chain task ---------------------------------------------------------------------
+
+    async def _run_chain(self, core: MemberCore, action: SendJoinGroup) -> None:
+        """JoinGroup, then (leader) assignment, then SyncGroup; every outcome reported to
+        the core, which decides what happens next."""
+        try:
+            conn = await self._coordinator_connection()
+            join = await conn.request(action.request, action.timeout_ms)
+            step = core.on_join_response(join, self._now())
+            if core.heartbeat_enabled:
+                self._hb_wake.set()
+            if isinstance(step, ComputeAssignment):
+                topics = self._embedding.metadata_topics(step.members)
+                counts = await self._cluster.partitions_for(topics)
+                assignments = self._embedding.assign(step.protocol_name, step.members, counts)
+                step = core.assignment_computed(assignments)
+            if isinstance(step, SendSyncGroup):
+                conn = await self._coordinator_connection()
+                sync = await conn.request(step.request, step.timeout_ms)
+                core.on_sync_response(sync, self._now())
+        except (CoordinatorError, RemoteProtocolError) as exc:
+            core.on_join_failed(self._now(), str(exc))
+        except KGroupError as exc:
+            core.chain_failed_fatal(exc)
+
+    # -- poll ------------------------------------------------------------------------------------
+
+    async def _await_task(self, task: asyncio.Task[Any], deadline: float | None) -> None:
+        timeout = None if deadline is None else max(0.0, (deadline - self._now()) / 1000.0)
+        await asyncio.wait({task}, timeout=timeout)  # never cancels the task
+
+    async def _sleep_until(self, until: float, deadline: float | None) -> None:
+        target = until if deadline is None else min(until, deadline)
+        timeout = max(0.0, (target - self._now()) / 1000.0)
+        try:
+            await asyncio.wait_for(self._closed_event.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def _run_calls(self, calls: tuple[ListenerCall, ...], errors: list[ListenerError]) -> None:
+        """Run listener callbacks in order, in this task. A raising callback is logged and
+        collected; the rest still run (membership stays consistent)."""
+        for call in calls:
+            logger.info(
+                "member." + call.callback.removeprefix("on_"),
+                group=self._config.group_id,
+                member_id=self.member_id,
+                generation=self.generation.generation_id,
+                partitions=sorted(str(tp) for tp in call.partitions),
+            )
+            method = getattr(self._listener, call.callback, None)
+            if method is None:
+                continue
+            try:
+                result = method(frozenset(call.partitions))
+                if inspect.isawaitable(result):
+                    await result
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.exception(
+                    "member.listener_error",
+                    group=self._config.group_id,
+                    callback=call.callback,
+                    error=repr(exc),
+                )
+                error = ListenerError(call.callback, exc)
+                error.__cause__ = exc
+                errors.append(error)
+
+    async def poll(self, timeout: float | None = None) -> frozenset[TopicPartition]:
+        """Keep the membership alive; return the assignment when it changes or at timeout.
+
+        Runs any pending rebalance in this task (listener callbacks included) and returns as
+        soon as one completes. When the member is stable with nothing pending, waits up to
+        ``timeout`` seconds (``None``: without limit) for the next rebalance and runs it.
+        ``timeout=0`` makes progress without waiting. A JoinGroup in flight when the timeout
+        passes (or when the caller is cancelled) keeps going; the next call picks it up.
+
+        Resets the poll timer, and keeps resetting it while it waits. Raises the fatal
+        errors recorded since the last call (GroupError subclasses), and ListenerError if a
+        callback raised (after the rebalance step completed).
+        """
+        core = self._check_open()
+        if core.poll(self._now()):
+            self._hb_wake.set()
+        deadline = None if timeout is None else self._now() + max(0.0, timeout) * 1000.0
+        errors: list[ListenerError] = []
+        completed = False
+        while self._lifecycle is _Lifecycle.OPEN:
+            self._poll_wake.clear()
+            action = core.next_join_action(self._now())
+            match action:
+                case Idle():
+                    if completed:
+                        break
+                    if not await self._wait_in_poll(core, deadline):
+                        break
+                case RaiseFatal(error=error):
+                    raise error
+                case FindCoordinator():
+                    await self._await_task(self._ensure_lookup(), deadline)
+                case Sleep(until=until):
+                    await self._sleep_until(until, deadline)
+                case PrepareJoin(lost=lost):
+                    await self._run_calls(self._embedding.prepare(lost=lost), errors)
+                case SendJoinGroup():
+                    self._chain = self._tasks.spawn(
+                        self._run_chain(core, action), "kgroup-join-chain"
+                    )
+                    await self._await_task(self._chain, deadline)
+                case AwaitJoin():
+                    if self._chain is None or self._chain.done():
+                        core.abandon_chain()  # defensive: a chain always reports back
+                    else:
+                        await self._await_task(self._chain, deadline)
+                case CompleteJoin(generation=generation, assignment=data):
+                    await self._complete(core, generation, data, errors)
+                    completed = True
+            if deadline is not None and self._now() >= deadline:
+                break
+        if errors:
+            raise errors[0]
+        await asyncio.sleep(0)  # a poll loop always yields to the event loop
+        return self._embedding.owned
+
+    async def _wait_in_poll(self, core: MemberCore, deadline: float | None) -> bool:
+        """Stable and idle: wait for a rebalance trigger, a fatal error or the deadline,
+        resetting the poll timer as the Java client's poll loop does. False at deadline."""
+        now = self._now()
+        if deadline is not None and now >= deadline:
+            return False
+        slice_ms = self._config.max_poll_interval_ms / 2
+        until = now + slice_ms if deadline is None else min(deadline, now + slice_ms)
+        try:
+            await asyncio.wait_for(self._poll_wake.wait(), (until - now) / 1000.0)
+        except TimeoutError:
+            pass
+        if core.poll(self._now()):
+            self._hb_wake.set()
+        return True
+
+    async def _complete(
+        self, core: MemberCore, generation: Generation, data: bytes, errors: list[ListenerError]
+    ) -> None:
+        try:
+            completion = self._embedding.complete(generation, data)
+        except AssignmentError:
+            core.join_completed(self._now())
+            core.request_rejoin("invalid assignment")
+            raise
+        await self._run_calls(completion.calls, errors)
+        if completion.rejoin_reason:
+            core.request_rejoin(completion.rejoin_reason)
+        core.join_completed(self._now())
+        logger.info(
+            "member.stable",
+            group=self._config.group_id,
+            member_id=self.member_id,
+            generation=generation.generation_id,
+            assignment=sorted(str(tp) for tp in self._embedding.owned),
+            rebalance_ms=core.last_rebalance_ms,
+        )
+
+    # -- close -----------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Release the partitions (revoked, or lost if the generation is gone), leave the
+        group (dynamic members), stop every task and close every connection. Idempotent;
+        bounded by ``min(close_timeout_ms, request_timeout_ms)``."""
+        if self._lifecycle in (_Lifecycle.CLOSED, _Lifecycle.CLOSING):
+            return
+        if self._lifecycle is _Lifecycle.UNOPENED or self._core is None:
+            self._lifecycle = _Lifecycle.CLOSED
+            await self._cluster.aclose()
+            return
+        core = self._core
+        budget = min(self._config.close_timeout_ms, self._config.request_timeout_ms) / 1000.0
+        errors: list[ListenerError] = []
+        try:
+            async with asyncio.timeout(budget):
+                if self._chain is not None and not self._chain.done():
+                    self._chain.cancel()
+                    await asyncio.gather(self._chain, return_exceptions=True)
+                core.abandon_chain()
+                lost = core.generation.is_reset or core.state is not MemberState.STABLE
+                await self._run_calls(self._embedding.release(lost=lost), errors)
+                leave = core.maybe_leave("the consumer is being closed")
+                if leave is not None:
+                    await self._send_leave(leave)
+        except TimeoutError:
+            logger.warning("member.close_timed_out", group=self._config.group_id)
+        finally:
+            self._lifecycle = _Lifecycle.CLOSING
+            self._closed_event.set()
+            self._hb_wake.set()
+            self._poll_wake.set()
+            await self._tasks.aclose()
+            self._drop_coordinator_connection()
+            await self._cluster.aclose()
+            if self._closing_conns:
+                await asyncio.gather(*self._closing_conns, return_exceptions=True)
+            self._lifecycle = _Lifecycle.CLOSED
+            logger.info("member.closed", group=self._config.group_id)
+        if errors:
+            raise errors[0]
