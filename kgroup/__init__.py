@@ -1,8 +1,8 @@
 """kgroup: an asyncio-native Kafka group membership client.
 
-    async with GroupMember(GroupConfig(bootstrap_servers="localhost:9092",
-                                       group_id="g", topics=["t"])) as member:
-        assignment = await member.poll()
+async with GroupMember(GroupConfig(bootstrap_servers="localhost:9092",
+                                   group_id="g", topics=["t"])) as member:
+    assignment = await member.poll()
 """
 
 from ._config import GroupConfig
@@ -68,6 +68,7 @@ __all__ = [
     "RangeAssignor",
     "RebalanceInProgress",
     "RebalanceListener",
+    "RebalanceProtocol",
     "RemoteProtocolError",
     "RoundRobinAssignor",
     "Subscription",

@@ -6,7 +6,7 @@ The hierarchy::
     ├── ConfigError (ValueError)     invalid configuration; names the field and the rule
     ├── GroupError                   a fatal answer about this member's group membership
     │   ├── GroupAuthorizationFailed     GROUP_AUTHORIZATION_FAILED (30)
-    │   ├── FencedInstanceId             FENCED_INSTANCE_ID (82): another process has this instance id
+    │   ├── FencedInstanceId             FENCED_INSTANCE_ID (82): instance id taken over
     │   ├── InconsistentGroupProtocol    INCONSISTENT_GROUP_PROTOCOL (23), or a KIP-559 mismatch
     │   ├── InvalidSessionTimeout        INVALID_SESSION_TIMEOUT (26)
     │   ├── InvalidGroupId               INVALID_GROUP_ID (24)
@@ -16,7 +16,7 @@ The hierarchy::
     │   └── UnexpectedBrokerError        any other code the spec treats as fatal
     ├── CommitFailed                 an offset commit that cannot succeed in this generation
     ├── RebalanceInProgress          retry after the rebalance in progress completes
-    ├── CoordinatorError             retriable coordinator/transport failures (handled inside kgroup)
+    ├── CoordinatorError             retriable coordinator/transport failure (handled inside)
     ├── ProtocolViolation            bytes that break the Kafka protocol
     │   ├── RemoteProtocolError          the broker sent something malformed
     │   └── LocalProtocolError           kgroup was about to send something malformed
@@ -143,7 +143,9 @@ class GroupError(KGroupError):
         self.api = api
 
     def __str__(self) -> str:
-        where = f"group={self.group_id!r} member_id={self.member_id!r} generation={self.generation_id}"
+        where = (
+            f"group={self.group_id!r} member_id={self.member_id!r} generation={self.generation_id}"
+        )
         return f"{self.args[0]} [{where}]"
 
 

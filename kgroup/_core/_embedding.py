@@ -97,7 +97,9 @@ class ConsumerEmbedding:
                 raise AssignmentError(
                     f"member {member.member_id!r} sent a malformed subscription: {exc}"
                 ) from exc
-            decoded.append(MemberSubscription(member.member_id, member.group_instance_id, subscription))
+            decoded.append(
+                MemberSubscription(member.member_id, member.group_instance_id, subscription)
+            )
         return decoded
 
     def metadata_topics(self, members: Sequence[JoinGroupMember]) -> list[str]:

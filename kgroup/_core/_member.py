@@ -78,9 +78,7 @@ __all__ = [
     "Sleep",
 ]
 
-_RETRIABLE_COORDINATOR = frozenset(
-    {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR}
-)
+_RETRIABLE_COORDINATOR = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 _MAX_REASON = 255
 
 
@@ -145,7 +143,16 @@ class RaiseFatal:
     error: KGroupError
 
 
-JoinAction = Idle | FindCoordinator | Sleep | PrepareJoin | SendJoinGroup | AwaitJoin | CompleteJoin | RaiseFatal
+JoinAction = (
+    Idle
+    | FindCoordinator
+    | Sleep
+    | PrepareJoin
+    | SendJoinGroup
+    | AwaitJoin
+    | CompleteJoin
+    | RaiseFatal
+)
 
 # Actions inside the Join->Sync chain (returned by on_join_response / assignment_computed).
 
@@ -542,7 +549,9 @@ class MemberCore:
             self._set_state(MemberState.UNJOINED, reason)
         self.heartbeat_enabled = False
 
-    def _fail_join_fatal(self, cls: type[InconsistentGroupProtocol], message: str, api: str) -> None:
+    def _fail_join_fatal(
+        self, cls: type[InconsistentGroupProtocol], message: str, api: str
+    ) -> None:
         self._abandon_join(message)
         self.record_fatal(
             cls(
@@ -691,7 +700,9 @@ class MemberCore:
             return HeartbeatFindCoordinator(max(now + backoff, self._find_retry_at))
         timers = self.timers
         if timers.session.expired(now):
-            self.mark_coordinator_unknown("session timed out without receiving a heartbeat response")
+            self.mark_coordinator_unknown(
+                "session timed out without receiving a heartbeat response"
+            )
             return HeartbeatFindCoordinator(max(now + backoff, self._find_retry_at))
         if timers.poll.expired(now):
             self._emit(
@@ -715,9 +726,7 @@ class MemberCore:
         )
         return SendHeartbeat(request, self.generation, self.config.request_timeout_ms)
 
-    def on_heartbeat_response(
-        self, sent: Generation, resp: HeartbeatResponse, now: float
-    ) -> None:
+    def on_heartbeat_response(self, sent: Generation, resp: HeartbeatResponse, now: float) -> None:
         code = resp.error_code
         timers = self.timers
         if code == ErrorCode.NONE:
@@ -775,7 +784,9 @@ class MemberCore:
 
     # -- leaving ---------------------------------------------------------------------------------
 
-    def maybe_leave(self, reason: str, *, static_leaves: bool | None = None) -> LeaveGroupRequest | None:
+    def maybe_leave(
+        self, reason: str, *, static_leaves: bool | None = None
+    ) -> LeaveGroupRequest | None:
         """T12: reset the Generation and return the LeaveGroup to send, if any.
 
         LeaveGroup is sent only by members that leave (dynamic ones, or as configured on

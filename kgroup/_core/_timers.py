@@ -61,7 +61,7 @@ class ExponentialBackoff:
         exp = min(float(attempts), self._exp_max)
         term = self._base * 2.0**exp
         factor = self._uniform(1 - self._jitter, 1 + self._jitter) if self._jitter else 1.0
-        return min(term * factor, self._max)
+        return float(min(term * factor, self._max))
 
 
 class HeartbeatTimers:

@@ -22,13 +22,12 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 
 from .. import _protocol
+from .._core._messages import FindCoordinatorResponse
 from .._errors import (
     CoordinatorError,
     RemoteProtocolError,
     UnsupportedVersion,
 )
-from .._log import logger
-from .._core._messages import FindCoordinatorResponse
 
 __all__ = ["BrokerConnection", "Cluster", "SupportsRequest"]
 
@@ -211,4 +210,3 @@ class Cluster:
             if self._conn is not None:
                 await self._conn.aclose()
                 self._conn = None
-

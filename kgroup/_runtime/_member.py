@@ -286,7 +286,7 @@ class GroupMember:
                 if core.coordinator is coord:
                     core.on_coordinator_unreachable(self._now(), str(exc))
                 raise
-            if core.coordinator is not coord or self._lifecycle is _Lifecycle.CLOSED:
+            if core.coordinator is not coord or self.closed:
                 await conn.aclose()
                 raise CoordinatorError("coordinator changed while connecting")
             self._coord_conn, self._coord_for = conn, coord
@@ -424,7 +424,9 @@ class GroupMember:
         except TimeoutError:
             pass
 
-    async def _run_calls(self, calls: tuple[ListenerCall, ...], errors: list[ListenerError]) -> None:
+    async def _run_calls(
+        self, calls: tuple[ListenerCall, ...], errors: list[ListenerError]
+    ) -> None:
         """Run listener callbacks in order, in this task. A raising callback is logged and
         collected; the rest still run (membership stays consistent)."""
         for call in calls:
@@ -549,6 +551,30 @@ class GroupMember:
             rebalance_ms=core.last_rebalance_ms,
         )
 
+    # -- abort -----------------------------------------------------------------------------------
+
+    async def abort(self) -> None:
+        """Stop at once as if the process had died: no callbacks, no LeaveGroup. Every task
+        and connection is still cleaned up. The group notices only when the session times
+        out. Meant for tests and demos of crash handling."""
+        if self._lifecycle in (_Lifecycle.CLOSED, _Lifecycle.CLOSING):
+            return
+        self._lifecycle = _Lifecycle.CLOSING
+        await self._shutdown()
+        logger.info("member.aborted", group=self._config.group_id)
+
+    async def _shutdown(self) -> None:
+        self._lifecycle = _Lifecycle.CLOSING
+        self._closed_event.set()
+        self._hb_wake.set()
+        self._poll_wake.set()
+        await self._tasks.aclose()
+        self._drop_coordinator_connection()
+        await self._cluster.aclose()
+        if self._closing_conns:
+            await asyncio.gather(*self._closing_conns, return_exceptions=True)
+        self._lifecycle = _Lifecycle.CLOSED
+
     # -- close -----------------------------------------------------------------------------------
 
     async def close(self) -> None:
@@ -578,16 +604,7 @@ class GroupMember:
         except TimeoutError:
             logger.warning("member.close_timed_out", group=self._config.group_id)
         finally:
-            self._lifecycle = _Lifecycle.CLOSING
-            self._closed_event.set()
-            self._hb_wake.set()
-            self._poll_wake.set()
-            await self._tasks.aclose()
-            self._drop_coordinator_connection()
-            await self._cluster.aclose()
-            if self._closing_conns:
-                await asyncio.gather(*self._closing_conns, return_exceptions=True)
-            self._lifecycle = _Lifecycle.CLOSED
+            await self._shutdown()
             logger.info("member.closed", group=self._config.group_id)
         if errors:
             raise errors[0]

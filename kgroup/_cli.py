@@ -1,0 +1,200 @@
+"""The ``kgroup`` command line.
+
+``kgroup demo`` starts a local tansu broker on a free port (or uses ``--bootstrap``), creates
+a topic, runs three members in this process, then stops one gracefully and crashes another,
+printing every member's state, generation and assignment as they change. It exits 0 with a
+summary of the times to stable, or 1 if a phase did not complete within its deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import structlog
+
+from ._config import GroupConfig
+from ._core._consumer_protocol import TopicPartition
+from ._runtime._member import GroupMember
+
+__all__ = ["main"]
+
+
+def _fmt(assignment: frozenset[TopicPartition]) -> str:
+    return "[" + ", ".join(str(tp) for tp in sorted(assignment)) + "]"
+
+
+@dataclass
+class _Demo:
+    bootstrap: str
+    topic: str
+    partitions: int
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    out: list[str] = field(default_factory=list)
+    t0: float = field(default_factory=time.monotonic)
+
+    def say(self, text: str) -> None:
+        line = f"[{time.monotonic() - self.t0:7.2f}s] {text}"
+        print(line, flush=True)
+
+    def config(self, group: str, name: str) -> GroupConfig:
+        return GroupConfig(
+            bootstrap_servers=self.bootstrap,
+            group_id=group,
+            topics=[self.topic],
+            client_id=name,
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+        )
+
+
+async def _watch(demo: _Demo, names: dict[str, GroupMember], stop: asyncio.Event) -> None:
+    """Print each member's (state, generation, assignment) whenever it changes."""
+    last: dict[str, tuple[str, int, str]] = {}
+    while not stop.is_set():
+        for name, member in names.items():
+            if member.closed:
+                now = ("CLOSED", -1, "[]")
+            else:
+                now = (member.state.name, member.generation.generation_id, _fmt(member.assignment))
+            if last.get(name) != now:
+                last[name] = now
+                demo.say(f"{name:<9} {now[0]:<21} generation={now[1]:<3} assignment={now[2]}")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.05)
+
+
+async def _poll_forever(member: GroupMember) -> None:
+    while not member.closed:
+        await member.poll(timeout=1.0)
+
+
+def _covered(members: Sequence[GroupMember], partitions: int) -> bool:
+    """True when the live members' assignments are disjoint and cover every partition."""
+    seen: list[TopicPartition] = []
+    for m in members:
+        if m.closed or m.state.name != "STABLE":
+            return False
+        seen.extend(m.assignment)
+    return len(seen) == len(set(seen)) == partitions
+
+
+async def _until(pred: object, deadline_s: float) -> float | None:
+    start = time.monotonic()
+    while time.monotonic() - start < deadline_s:
+        if callable(pred) and pred():
+            return time.monotonic() - start
+        await asyncio.sleep(0.02)
+    return None
+
+
+async def _run_demo(demo: _Demo) -> int:
+    group = f"kgroup-demo-{uuid.uuid4().hex[:8]}"
+    names = {f"member-{i}": GroupMember(demo.config(group, f"member-{i}")) for i in (1, 2, 3)}
+    members = list(names.values())
+    stop = asyncio.Event()
+    results: list[tuple[str, float | None]] = []
+    deadline = max(30.0, demo.session_timeout_ms / 1000 * 4)
+    demo.say(f"group {group!r}, topic {demo.topic!r} ({demo.partitions} partitions)")
+    for m in members:
+        await m.start()
+    watcher = asyncio.create_task(_watch(demo, names, stop))
+    pollers = {m: asyncio.create_task(_poll_forever(m)) for m in members}
+    try:
+        demo.say("phase 1: three members join")
+        took = await _until(lambda: _covered(members, demo.partitions), deadline)
+        results.append(("3 members join -> stable", took))
+        if took is not None:
+            demo.say("phase 2: member-3 leaves gracefully (LeaveGroup)")
+            m3 = names["member-3"]
+            pollers[m3].cancel()
+            t = time.monotonic()
+            await m3.close()
+            survivors = [names["member-1"], names["member-2"]]
+            took = await _until(lambda: _covered(survivors, demo.partitions), deadline)
+            results.append(
+                ("graceful leave -> covered", None if took is None else time.monotonic() - t)
+            )
+        if took is not None:
+            demo.say("phase 3: member-2 crashes (no LeaveGroup; waits for session expiry)")
+            m2 = names["member-2"]
+            pollers[m2].cancel()
+            t = time.monotonic()
+            await m2.abort()
+            took = await _until(lambda: _covered([names["member-1"]], demo.partitions), deadline)
+            results.append(("crash -> covered", None if took is None else time.monotonic() - t))
+    finally:
+        for task in pollers.values():
+            task.cancel()
+        await asyncio.gather(*pollers.values(), return_exceptions=True)
+        for m in members:
+            await m.close()
+        await asyncio.sleep(0.1)
+        stop.set()
+        await watcher
+    print("\nsummary")
+    ok = True
+    for label, value in results:
+        ok = ok and value is not None
+        print(f"  {label:<28} {'FAILED (deadline)' if value is None else f'{value:6.2f} s'}")
+    ok = ok and len(results) == 3
+    print(f"  result: {'ok' if ok else 'FAILED'}")
+    return 0 if ok else 1
+
+
+def _demo(args: argparse.Namespace) -> int:
+    if not args.verbose:
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    if args.bootstrap:
+        demo = _Demo(
+            args.bootstrap,
+            args.topic,
+            args.partitions,
+            args.session_timeout_ms,
+            args.heartbeat_interval_ms,
+        )
+        from .testing._ports import admin_create_topic
+
+        asyncio.run(admin_create_topic(args.bootstrap, args.topic, args.partitions, exist_ok=True))
+        return asyncio.run(_run_demo(demo))
+    from .testing._tansu import TansuBroker
+
+    with TansuBroker() as broker:
+        print(f"tansu broker on {broker.bootstrap}", flush=True)
+        broker.create_topic(args.topic, args.partitions)
+        demo = _Demo(
+            broker.bootstrap,
+            args.topic,
+            args.partitions,
+            args.session_timeout_ms,
+            args.heartbeat_interval_ms,
+        )
+        return asyncio.run(_run_demo(demo))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kgroup", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="three members on a local tansu broker: join, leave, crash")
+    demo.add_argument("--bootstrap", help="use this broker instead of starting tansu")
+    demo.add_argument("--topic", default="kgroup-demo")
+    demo.add_argument("--partitions", type=int, default=6)
+    demo.add_argument("--session-timeout-ms", type=int, default=6000)
+    demo.add_argument("--heartbeat-interval-ms", type=int, default=1000)
+    demo.add_argument("-v", "--verbose", action="store_true", help="show kgroup's log events")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        return _demo(args)
+    return 2  # pragma: no cover - argparse rejects unknown commands
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
