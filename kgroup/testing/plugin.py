@@ -1,0 +1,308 @@
+"""pytest plugin ``kgroup``: fixtures that start real brokers for integration tests.
+
+Registered through the ``pytest11`` entry point, so installing kgroup enables it (disable
+with ``-p no:kgroup``). Fixtures:
+
+``kafka_broker`` (session)
+    Apache Kafka (:class:`~kgroup.testing.KafkaBroker`), started on first use.
+``tansu_broker`` (session)
+    tansu (:class:`~kgroup.testing.TansuBroker`), started on first use.
+``broker`` (session, parametrised)
+    Each of ``"kafka"`` and ``"tansu"`` in turn; narrow it with
+    ``@pytest.mark.parametrize("broker", ["tansu"], indirect=True)`` or the
+    :data:`broker_params` / :data:`kafka_and_tansu` shorthands.
+``mock_cluster`` (function)
+    A fresh 3-broker librdkafka mock cluster (:class:`~kgroup.testing.MockCluster`).
+``kafka_broker_factory`` / ``tansu_broker_factory`` (function)
+    Start private brokers (for tests that restart or kill them); all stopped afterwards.
+``make_topic`` / ``topic_factory`` (function)
+    ``make_topic(partitions=1, *, broker=None, name=None) -> str`` creates a topic with a
+    unique name on ``broker`` (default: the broker fixture the test uses).
+``unique_group`` (function)
+    A group id unique to the test.
+
+Tests using these fixtures get the ``kafka`` / ``tansu`` / ``mock_cluster`` markers
+automatically, so ``-m "not kafka"`` deselects them. Tests marked ``slow`` are skipped
+unless ``--run-slow`` is given.
+
+When a broker cannot run here (no Java, no Maven, package missing) its fixture skips with
+a message naming what to install, except when the ``CI`` environment variable is set:
+there it fails, because CI must run every broker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import pytest
+
+from ._kafka import KafkaBroker
+from ._mock_cluster import MockCluster
+from ._ports import Broker, BrokerUnavailable
+from ._tansu import TansuBroker
+
+__all__ = [
+    "BROKER_KINDS",
+    "broker_params",
+    "kafka_and_tansu",
+]
+
+_T = TypeVar("_T")
+
+#: The brokers the ``broker`` fixture runs over.
+BROKER_KINDS = ("kafka", "tansu")
+
+#: ``@broker_params`` runs a test on each broker (same as the ``broker`` default).
+broker_params = pytest.mark.parametrize("broker", BROKER_KINDS, indirect=True)
+kafka_and_tansu = broker_params
+
+_FIXTURE_MARKERS = {
+    "kafka_broker": "kafka",
+    "kafka_broker_factory": "kafka",
+    "tansu_broker": "tansu",
+    "tansu_broker_factory": "tansu",
+    "mock_cluster": "mock_cluster",
+}
+_MARKERS = {
+    "kafka": "needs the Apache Kafka broker (Java + Maven)",
+    "tansu": "needs the tansu broker",
+    "mock_cluster": "needs librdkafka's mock cluster",
+    "slow": "long chaos/soak runs, only with --run-slow",
+}
+
+
+# --- options, markers --------------------------------------------------------------------
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kgroup", "kgroup test brokers")
+    group.addoption(
+        "--run-slow",
+        action="store_true",
+        default=False,
+        help="also run tests marked slow (long chaos/soak runs)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, help_text in _MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {help_text}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    run_slow = bool(config.getoption("--run-slow"))
+    skip_slow = pytest.mark.skip(reason="slow test: run with --run-slow")
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        wanted = {marker for fixture, marker in _FIXTURE_MARKERS.items() if fixture in names}
+        callspec = getattr(item, "callspec", None)
+        if "broker" in names and callspec is not None:
+            kind = callspec.params.get("broker")
+            if kind in BROKER_KINDS:
+                wanted.add(kind)
+        for marker in sorted(wanted):
+            if item.get_closest_marker(marker) is None:
+                item.add_marker(getattr(pytest.mark, marker))
+        if not run_slow and item.get_closest_marker("slow") is not None:
+            item.add_marker(skip_slow)
+
+
+_started_logs: list[tuple[str, Path]] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """After failures, say where the brokers' logs are (they outlive the session)."""
+    failed = terminalreporter.stats.get("failed") or terminalreporter.stats.get("error")
+    if not _started_logs or not failed:
+        return
+    terminalreporter.section("kgroup test brokers")
+    for what, path in _started_logs:
+        terminalreporter.write_line(f"{what} log: {path}")
+
+
+def _on_ci() -> bool:
+    value = os.environ.get("CI", "").strip().lower()
+    return value not in ("", "0", "false", "no")
+
+
+def _unavailable(exc: BrokerUnavailable) -> NoReturn:
+    """Skip (or, under CI, fail) because a broker cannot run on this machine."""
+    if _on_ci():
+        pytest.fail(f"broker unavailable under CI: {exc}", pytrace=False)
+    pytest.skip(str(exc))
+
+
+def _start_or_skip(start: Callable[[], _T]) -> _T:
+    """``start()``, turning :class:`BrokerUnavailable` into a skip (a failure under CI)."""
+    try:
+        return start()
+    except BrokerUnavailable as exc:
+        problem = exc
+    _unavailable(problem)  # outside the except block: no chained traceback in the report
+
+
+# --- brokers -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """Apache Kafka for the whole session (started on first use, log in pytest's tmp dir)."""
+    log_path = tmp_path_factory.mktemp("kafka-broker") / "broker.log"
+    _started_logs.append(("kafka_broker", log_path))
+    broker = KafkaBroker(log_path=log_path)
+    try:
+        _start_or_skip(broker.start)
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture(scope="session")
+def tansu_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuBroker]:
+    """tansu for the whole session (started on first use). Do not restart it: use
+    ``tansu_broker_factory`` for that, since a restart drops every topic and group."""
+    log_path = tmp_path_factory.mktemp("tansu-broker") / "tansu.log"
+    _started_logs.append(("tansu_broker", log_path))
+    broker = TansuBroker(log_path=log_path)
+    try:
+        _start_or_skip(broker.start)
+        yield broker
+    finally:
+        broker.close()
+
+
+@pytest.fixture(scope="session", params=BROKER_KINDS)
+def broker(request: pytest.FixtureRequest) -> Broker:
+    """The session's Kafka or tansu broker, per ``request.param`` ("kafka" / "tansu")."""
+    kind = request.param
+    if kind not in BROKER_KINDS:
+        raise ValueError(f"broker fixture: unknown kind {kind!r}, expected one of {BROKER_KINDS}")
+    value: Broker = request.getfixturevalue(f"{kind}_broker")
+    return value
+
+
+@pytest.fixture
+def kafka_broker_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., KafkaBroker]]:
+    """``factory(**KafkaBroker kwargs) -> KafkaBroker``: a started private Kafka broker."""
+    started: list[KafkaBroker] = []
+
+    def factory(**kwargs: Any) -> KafkaBroker:
+        kwargs.setdefault("log_path", tmp_path_factory.mktemp("kafka-broker") / "broker.log")
+        broker = KafkaBroker(**kwargs)
+        _started_logs.append(("kafka_broker_factory", broker.log_path))
+        started.append(broker)
+        _start_or_skip(broker.start)
+        return broker
+
+    try:
+        yield factory
+    finally:
+        for broker in started:
+            broker.close()
+
+
+@pytest.fixture
+def tansu_broker_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., TansuBroker]]:
+    """``factory(**TansuBroker kwargs) -> TansuBroker``: a started private tansu broker."""
+    started: list[TansuBroker] = []
+
+    def factory(**kwargs: Any) -> TansuBroker:
+        kwargs.setdefault("log_path", tmp_path_factory.mktemp("tansu-broker") / "tansu.log")
+        broker = TansuBroker(**kwargs)
+        _started_logs.append(("tansu_broker_factory", broker.log_path))
+        started.append(broker)
+        _start_or_skip(broker.start)
+        return broker
+
+    try:
+        yield factory
+    finally:
+        for broker in started:
+            broker.close()
+
+
+@pytest.fixture
+def mock_cluster() -> Iterator[MockCluster]:
+    """A fresh librdkafka mock cluster with 3 brokers (ids 1..3), closed after the test."""
+    cluster = _start_or_skip(lambda: MockCluster(3))
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
+# --- names -------------------------------------------------------------------------------
+
+_counter = itertools.count(1)
+
+
+def _slug(request: pytest.FixtureRequest, limit: int = 60) -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-.")
+    return name[:limit] or "test"
+
+
+def _unique(prefix: str, request: pytest.FixtureRequest) -> str:
+    return f"{prefix}-{_slug(request)}-{next(_counter)}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def unique_group(request: pytest.FixtureRequest) -> str:
+    """A consumer-group id unique to this test (and this run)."""
+    return _unique("g", request)
+
+
+TopicTarget = Broker | MockCluster
+
+
+def _default_target(request: pytest.FixtureRequest) -> TopicTarget:
+    for name in ("broker", "kafka_broker", "tansu_broker", "mock_cluster"):
+        if name in request.fixturenames:
+            target: TopicTarget = request.getfixturevalue(name)
+            return target
+    raise RuntimeError(
+        "make_topic: the test uses no broker fixture (broker, kafka_broker, tansu_broker, "
+        "mock_cluster); pass broker=... explicitly"
+    )
+
+
+@pytest.fixture
+def make_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
+    """``make_topic(partitions=1, *, broker=None, name=None, replication=1) -> str``.
+
+    Creates a topic with a unique name (or ``name``) on ``broker`` (default: the broker
+    fixture this test uses) and waits until every partition has a leader. ``replication``
+    applies to the mock cluster only (the real brokers here are single-node).
+    """
+
+    def factory(
+        partitions: int = 1,
+        *,
+        broker: TopicTarget | None = None,
+        name: str | None = None,
+        replication: int = 1,
+    ) -> str:
+        target = broker if broker is not None else _default_target(request)
+        topic = name or _unique("t", request)
+        if isinstance(target, MockCluster):
+            target.create_topic(topic, partitions, replication)
+        else:
+            target.create_topic(topic, partitions)
+        return topic
+
+    return factory
+
+
+@pytest.fixture
+def topic_factory(make_topic: Callable[..., str]) -> Callable[..., str]:
+    """Alias of :func:`make_topic`."""
+    return make_topic
