@@ -1,0 +1,114 @@
+"""poll() cancellation and close() hygiene on real brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import structlog
+
+from kgroup import GroupConfig, GroupMember, MemberState
+from kgroup.testing import KafkaBroker, TansuBroker
+from kgroup.testing._members import MemberGroup, covered
+
+
+def cfg(bootstrap: str, group: str, topic: str, **kw: Any) -> GroupConfig:
+    values: dict[str, Any] = dict(
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        topics=[topic],
+        session_timeout_ms=6_000,
+        heartbeat_interval_ms=500,
+    )
+    values.update(kw)
+    return GroupConfig(**values)
+
+
+def joins_sent(logs: list[dict[str, Any]], member_id: str | None = None) -> int:
+    return sum(
+        1
+        for e in logs
+        if e["event"] == "member.join_sent" and (member_id is None or e["member_id"] == member_id)
+    )
+
+
+async def test_cancelled_poll_does_not_cancel_an_inflight_join_on_kafka(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """Kafka holds a JoinGroup until every known member rejoined: a member that stops
+    polling (but heartbeats) keeps the others' JoinGroups in flight, long enough to cancel
+    the poll() that sent one."""
+    topic = make_topic(4)
+    async with MemberGroup() as group:
+        config = cfg(kafka_broker.bootstrap, unique_group, topic, max_poll_interval_ms=60_000)
+        a = await group.start(config)
+        b = await group.start(config)
+        await group.wait_until(lambda: covered([a, b], topic, 4), timeout=60, what="stable")
+        await a.pause()
+        await b.pause()  # b will not rejoin: the coordinator holds a's JoinGroup for it
+        with structlog.testing.capture_logs() as logs:
+            c = await group.start(config)  # triggers a rebalance
+            await group.wait_until(
+                lambda: a.member._core is not None and a.member._core.rejoin_needed,
+                timeout=30,
+                what="a told to rejoin",
+            )
+            poll = asyncio.create_task(a.member.poll())
+            await group.wait_until(
+                lambda: a.member.state is MemberState.PREPARING_REBALANCE,
+                timeout=30,
+                what="a's JoinGroup in flight",
+            )
+            poll.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await poll
+            assert a.member.state is MemberState.PREPARING_REBALANCE  # still joining
+            member_a = a.member.member_id
+            a.resume()
+            b.resume()
+            await group.wait_until(lambda: covered([a, b, c], topic, 4), timeout=60, what="3")
+        # One JoinGroup from a for this rebalance: the cancelled poll's join was reused.
+        assert joins_sent(logs, member_a) == 1
+
+
+async def test_poll_timeout_returns_while_join_continues_on_tansu(
+    tansu_broker: TansuBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """tansu holds each JoinGroup ~session/2: poll(timeout=0.2) returns mid-join, and the
+    next poll() finishes the same join instead of sending another."""
+    topic = make_topic(2)
+    with structlog.testing.capture_logs() as logs:
+        async with GroupMember(cfg(tansu_broker.bootstrap, unique_group, topic)) as member:
+            assert await member.poll(timeout=0.2) == frozenset()
+            assert member.state is MemberState.PREPARING_REBALANCE
+            sent = joins_sent(logs)
+            assignment = await asyncio.wait_for(member.poll(), 30)
+            assert member.state is MemberState.STABLE and len(assignment) == 2
+            assert joins_sent(logs) == sent  # no second JoinGroup
+    # MEMBER_ID_REQUIRED round trip + the real join: exactly two.
+    assert joins_sent(logs) == 2
+
+
+@pytest.mark.parametrize("broker", ["kafka", "tansu"], indirect=True)
+async def test_close_leaves_no_task_connection_or_warning(
+    broker: Any, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    topic = make_topic(2)
+    before = asyncio.all_tasks()
+    member = GroupMember(cfg(broker.bootstrap, unique_group, topic))
+    async with member:
+        await asyncio.wait_for(member.poll(), 60)
+        assert member.state is MemberState.STABLE
+        kgroup_tasks = {
+            t for t in asyncio.all_tasks() - before if t.get_name().startswith("kgroup")
+        }
+        assert kgroup_tasks  # the heartbeat task runs while open
+    assert member.closed
+    assert not {t for t in asyncio.all_tasks() - before if not t.done()} - {asyncio.current_task()}
+    assert member._coord_conn is None
+    await member.close()  # idempotent
+    # ResourceWarning is an error in this suite (pyproject filterwarnings): an unclosed
+    # socket would fail the test at garbage collection.
