@@ -35,7 +35,7 @@ DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 DEFAULT_CLOSE_TIMEOUT_MS = 30_000
 INT32_MAX = 2**31 - 1
 
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+_LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
 
 def _parse_bootstrap(value: str | Sequence[str]) -> tuple[tuple[str, int], ...]:
@@ -47,7 +47,12 @@ def _parse_bootstrap(value: str | Sequence[str]) -> tuple[tuple[str, int], ...]:
             if not part:
                 continue
             host, sep, port = part.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            if (
+                not sep
+                or not host
+                or not (port.isascii() and port.isdigit())
+                or not 0 < int(port) < 65536
+            ):
                 raise ConfigError(
                     "bootstrap_servers", f"{part!r} is not HOST:PORT with a port in 1..65535"
                 )
@@ -107,18 +112,43 @@ class GroupConfig:
             raise ConfigError("group_id", "must be a non-empty string")
         topics = (self.topics,) if isinstance(self.topics, str) else tuple(self.topics)
         for topic in topics:
-            if not isinstance(topic, str) or not topic or not _LEGAL_NAME.match(topic):
-                raise ConfigError("topics", f"{topic!r} is not a legal topic name")
+            if (
+                not isinstance(topic, str)
+                or not 0 < len(topic) <= 249
+                or not _LEGAL_NAME.fullmatch(topic)
+                or topic in (".", "..")
+            ):
+                raise ConfigError(
+                    "topics", f"{topic!r} is not a legal topic name (1..249 of [a-zA-Z0-9._-])"
+                )
         object.__setattr__(self, "topics", tuple(dict.fromkeys(topics)))
-        assignors = (
-            (self.assignors,) if isinstance(self.assignors, str) else tuple(self.assignors)
-        )
+        assignors = (self.assignors,) if isinstance(self.assignors, str) else tuple(self.assignors)
         if not assignors:
             raise ConfigError("assignors", "at least one assignor is required")
+        from ._core._assignors import Assignor, get_builtin_assignor, select_rebalance_protocol
+
+        resolved = []
+        for assignor in assignors:
+            if isinstance(assignor, str):
+                resolved.append(get_builtin_assignor(assignor))  # ConfigError on unknown names
+            elif isinstance(assignor, Assignor):
+                resolved.append(assignor)
+            else:
+                raise ConfigError(
+                    "assignors",
+                    f"{assignor!r} is neither an assignor name nor an Assignor "
+                    "(name, supported_protocols, user_data, assign, on_assignment)",
+                )
+        select_rebalance_protocol(resolved)  # ConfigError: duplicates, no common protocol
         object.__setattr__(self, "assignors", assignors)
         if self.group_instance_id is not None:
             gid = self.group_instance_id
-            if not isinstance(gid, str) or not gid or len(gid) > 249 or not _LEGAL_NAME.match(gid):
+            if (
+                not isinstance(gid, str)
+                or not gid
+                or len(gid) > 249
+                or not _LEGAL_NAME.fullmatch(gid)
+            ):
                 raise ConfigError(
                     "group_instance_id",
                     f"{gid!r} must be 1..249 characters of [a-zA-Z0-9._-]",

@@ -161,6 +161,11 @@ class ConsumerEmbedding:
             assignment = Assignment.decode(data)
         except RemoteProtocolError as exc:
             raise AssignmentError(f"malformed assignment from the leader: {exc}") from exc
+        if not any(a.name == generation.protocol_name for a in self.assignors):
+            raise AssignmentError(
+                f"the group uses assignor {generation.protocol_name!r}, which this member does "
+                f"not have ({', '.join(a.name for a in self.assignors)})"
+            )
         assigned = frozenset(assignment.partitions)
         if any(tp.topic not in self.topics for tp in assigned):
             return Completion(
@@ -177,6 +182,7 @@ class ConsumerEmbedding:
         for assignor in self.assignors:
             if assignor.name == generation.protocol_name:
                 assignor.on_assignment(assignment, generation.generation_id)
+                break
         self.owned = assigned
         calls.append(ListenerCall("on_partitions_assigned", added))
         return Completion(tuple(calls), rejoin, assigned)

@@ -419,18 +419,23 @@ class MemberCore:
         """What the application's poll path must do next (spec §6.1 as a step function)."""
         if self._fatal is not None:
             err, self._fatal = self._fatal, None
+            # A fatal error that left the member in its generation (e.g. authorization on a
+            # heartbeat) disabled heartbeats; once it is handed over, heartbeat again, so a
+            # caller that catches it and polls on keeps its membership (the runtime wakes
+            # the heartbeat task on RaiseFatal).
+            if self.state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
+                self.heartbeat_enabled = True
             return RaiseFatal(err)
         if self._phase in ("join", "assign", "sync"):
             return AwaitJoin()
-        if self._phase == "synced":
-            # Join completion sanity check: the heartbeat driver may have reset us meanwhile.
+        if self._phase in ("synced", "complete"):
+            # Join completion sanity check, on the first run and on every re-run of an
+            # abandoned completion (its caller was cancelled): the heartbeat driver may have
+            # reset us meanwhile.
             if self.generation == self._chain_generation and self.state is MemberState.STABLE:
                 self._phase = "complete"
                 return CompleteJoin(self.generation, self._synced_assignment, self.is_leader)
             self._phase = None
-        if self._phase == "complete":
-            # The completion step was abandoned (its caller was cancelled): run it again.
-            return CompleteJoin(self.generation, self._synced_assignment, self.is_leader)
         if not self.rejoin_needed:
             return Idle()
         if self.coordinator is None:
@@ -709,7 +714,7 @@ class MemberCore:
                 "member.poll_timeout",
                 max_poll_interval_ms=self.config.max_poll_interval_ms,
             )
-            leave = self.maybe_leave("consumer poll timeout has expired.", static_leaves=False)
+            leave = self.maybe_leave("consumer poll timeout has expired.", poll_timeout=True)
             return PollTimeoutLeave(leave)
         if timers.in_flight:
             return HeartbeatWait(now + backoff)
@@ -784,18 +789,16 @@ class MemberCore:
 
     # -- leaving ---------------------------------------------------------------------------------
 
-    def maybe_leave(
-        self, reason: str, *, static_leaves: bool | None = None
-    ) -> LeaveGroupRequest | None:
+    def maybe_leave(self, reason: str, *, poll_timeout: bool = False) -> LeaveGroupRequest | None:
         """T12: reset the Generation and return the LeaveGroup to send, if any.
 
         LeaveGroup is sent only by members that leave (dynamic ones, or as configured on
         close, KIP-1092), with a known coordinator, a joined state and a member id (§4.5).
-        ``static_leaves=False`` forbids it for static members whatever the close setting
-        (poll timeout: a static member only stops heartbeating, §8).
+        On ``poll_timeout`` only dynamic members leave, whatever the close setting (a
+        static member only stops heartbeating, §8).
         """
         cfg = self.config
-        leaves = cfg.leaves_on_close if static_leaves is None else not cfg.is_static
+        leaves = not cfg.is_static if poll_timeout else cfg.leaves_on_close
         request = None
         if (
             leaves

@@ -331,7 +331,8 @@ class GroupMember:
                     case HeartbeatDisabled():
                         await self._wait(None)
                     case HeartbeatFindCoordinator(until=until):
-                        self._ensure_lookup()
+                        if self._now() >= core.find_coordinator_retry_at():
+                            self._ensure_lookup()  # honour the lookup's exponential backoff
                         await self._wait(until)
                     case HeartbeatWait(until=until):
                         await self._wait(until)
@@ -486,6 +487,7 @@ class GroupMember:
                     if not await self._wait_in_poll(core, deadline):
                         break
                 case RaiseFatal(error=error):
+                    self._hb_wake.set()
                     raise error
                 case FindCoordinator():
                     await self._await_task(self._ensure_lookup(), deadline)
