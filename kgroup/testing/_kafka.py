@@ -31,7 +31,6 @@ import uuid
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from ._ports import (
@@ -39,12 +38,11 @@ from ._ports import (
     BrokerStartError,
     BrokerUnavailable,
     ManagedProcess,
-    admin_create_topic,
+    ProcessBroker,
     free_port,
     log_tail,
     owned_temp_dir,
     port_is_open,
-    run_blocking,
 )
 
 __all__ = [
@@ -209,7 +207,7 @@ def _new_cluster_id() -> str:
             return text
 
 
-class KafkaBroker:
+class KafkaBroker(ProcessBroker):
     """A single-node Apache Kafka (KRaft, broker+controller in one JVM) on loopback.
 
     ``extra_config`` entries override the test-friendly defaults in ``server.properties``.
@@ -454,89 +452,10 @@ class KafkaBroker:
             raise _PortTaken(f"Kafka could not bind its ports:\n{log_tail(self.log_path)}")
         return _STARTED_RE.search(text) is not None
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Stop the JVM (SIGTERM: controlled shutdown; SIGKILL after ``timeout``)."""
-        if self._proc is not None:
-            self._proc.stop(timeout=timeout)
-            self._proc = None
+    STOP_TIMEOUT = 30.0
 
-    def kill(self) -> None:
-        """SIGKILL the JVM (an unclean crash; the log dir survives for :meth:`restart`)."""
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc = None
-
-    def restart(self) -> None:
-        """Stop and start again on the same ports and log dir: groups and offsets survive."""
-        if self._port is None:
-            raise RuntimeError("broker was never started")
-        self.stop()
-        self.start()
-
-    def close(self) -> None:
-        """Stop the broker and delete its working directory."""
-        self.stop()
-        if self._remove_workdir is not None:
-            self._remove_workdir()
-            self._remove_workdir = None
-            self._workdir = None
-            self._port = self._controller_port = None
-
-    def __enter__(self) -> KafkaBroker:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    # --- topics --------------------------------------------------------------------------
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        *,
-        config: Mapping[str, str] | None = None,
-        exist_ok: bool = False,
-        timeout: float = 30.0,
-    ) -> None:
-        """Create a topic (CreateTopics via aiokafka) and wait until all partitions lead.
-
-        Blocking; callable from sync code and from inside a running event loop. Async code
-        that must not block its loop can await :meth:`create_topic_async` instead.
-        """
-        run_blocking(
-            lambda: self.create_topic_async(
-                name, partitions, config=config, exist_ok=exist_ok, timeout=timeout
-            )
-        )
-
-    async def create_topic_async(
-        self,
-        name: str,
-        partitions: int = 1,
-        *,
-        config: Mapping[str, str] | None = None,
-        exist_ok: bool = False,
-        timeout: float = 30.0,
-    ) -> None:
-        """Async form of :meth:`create_topic`."""
-        await admin_create_topic(
-            self.bootstrap,
-            name,
-            partitions,
-            config=config,
-            exist_ok=exist_ok,
-            timeout=timeout,
-        )
+    def _forget_ports(self) -> None:
+        self._port = self._controller_port = None
 
     def __repr__(self) -> str:
         where = self.bootstrap if self._port is not None else "not started"

@@ -33,7 +33,8 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from types import TracebackType
+from typing import Any, Protocol, Self, TypeVar
 
 _T = TypeVar("_T")
 
@@ -425,3 +426,100 @@ async def _topic_ready(admin: Any, name: str, partitions: int) -> bool:
             p["error_code"] == 0 and p["leader"] >= 0 for p in parts
         )
     return False
+
+
+class ProcessBroker:
+    """What every broker process here shares: stop, kill, restart, close, context manager,
+    topic creation. Subclasses start the process (``start``) and know their address
+    (``bootstrap``); ``STOP_TIMEOUT`` is how long a SIGTERM gets before SIGKILL."""
+
+    STOP_TIMEOUT = 10.0
+    _proc: ManagedProcess | None
+    _port: int | None
+    _workdir: Path | None
+    _remove_workdir: Callable[[], Any] | None
+
+    def start(self) -> Self:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    @property
+    def bootstrap(self) -> str:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM the broker (a controlled shutdown), SIGKILL after ``timeout``."""
+        if self._proc is not None:
+            self._proc.stop(timeout=self.STOP_TIMEOUT if timeout is None else timeout)
+            self._proc = None
+
+    def kill(self) -> None:
+        """SIGKILL the broker: an unclean crash."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc = None
+
+    def restart(self) -> None:
+        """Stop and start again on the same ports (and data dir, where it has one)."""
+        if self._port is None:
+            raise RuntimeError("broker was never started")
+        self.stop()
+        self.start()
+
+    def _forget_ports(self) -> None:
+        self._port = None
+
+    def close(self) -> None:
+        """Stop the broker and delete its working directory (with its log)."""
+        self.stop()
+        if self._remove_workdir is not None:
+            self._remove_workdir()
+            self._remove_workdir = None
+            self._workdir = None
+            self._forget_ports()
+
+    def __enter__(self) -> Self:
+        try:
+            return self.start()
+        except BaseException:
+            self.close()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        config: Mapping[str, str] | None = None,
+        exist_ok: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        """Create a topic (CreateTopics via aiokafka) and wait until every partition has a
+        leader. Blocking; callable from sync code and from inside a running event loop
+        (async code that must not block its loop awaits :meth:`create_topic_async`)."""
+        run_blocking(
+            lambda: self.create_topic_async(
+                name, partitions, config=config, exist_ok=exist_ok, timeout=timeout
+            )
+        )
+
+    async def create_topic_async(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        config: Mapping[str, str] | None = None,
+        exist_ok: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        """Async form of :meth:`create_topic`."""
+        await admin_create_topic(
+            self.bootstrap, name, partitions, config=config, exist_ok=exist_ok, timeout=timeout
+        )

@@ -17,7 +17,6 @@ import time
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from ._ports import (
@@ -25,11 +24,10 @@ from ._ports import (
     BrokerStartError,
     BrokerUnavailable,
     ManagedProcess,
-    admin_create_topic,
+    ProcessBroker,
     free_port,
     log_tail,
     owned_temp_dir,
-    run_blocking,
     wait_for_port,
 )
 
@@ -51,7 +49,7 @@ def tansu_binary() -> str:
     return path
 
 
-class TansuBroker:
+class TansuBroker(ProcessBroker):
     """One tansu broker with memory storage on a free loopback port.
 
     ``rust_log`` sets ``RUST_LOG`` (``"debug"`` traces every request into the log file).
@@ -170,81 +168,6 @@ class TansuBroker:
             ) from exc
         self._proc = proc
         self.last_start_seconds = time.monotonic() - t0
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """SIGTERM the broker, SIGKILL after ``timeout``."""
-        if self._proc is not None:
-            self._proc.stop(timeout=timeout)
-            self._proc = None
-
-    def kill(self) -> None:
-        """SIGKILL the broker."""
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc = None
-
-    def restart(self) -> None:
-        """Stop and start on the same port. Memory storage: all topics and groups are lost."""
-        if self._port is None:
-            raise RuntimeError("broker was never started")
-        self.stop()
-        self.start()
-
-    def close(self) -> None:
-        """Stop the broker and delete its temporary directory (with the log)."""
-        self.stop()
-        if self._remove_workdir is not None:
-            self._remove_workdir()
-            self._remove_workdir = None
-            self._workdir = None
-
-    def __enter__(self) -> TansuBroker:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int = 1,
-        *,
-        config: Mapping[str, str] | None = None,
-        exist_ok: bool = False,
-        timeout: float = 30.0,
-    ) -> None:
-        """Create a topic and wait until metadata shows all its partitions with a leader.
-
-        Blocking; callable from sync code and from inside a running event loop.
-        """
-        run_blocking(
-            lambda: self.create_topic_async(
-                name, partitions, config=config, exist_ok=exist_ok, timeout=timeout
-            )
-        )
-
-    async def create_topic_async(
-        self,
-        name: str,
-        partitions: int = 1,
-        *,
-        config: Mapping[str, str] | None = None,
-        exist_ok: bool = False,
-        timeout: float = 30.0,
-    ) -> None:
-        """Async form of :meth:`create_topic` (CreateTopics through aiokafka's admin)."""
-        await admin_create_topic(
-            self.bootstrap, name, partitions, config=config, exist_ok=exist_ok, timeout=timeout
-        )
 
     def create_topic_cli(self, name: str, partitions: int = 1) -> None:
         """Create a topic with ``tansu topic create`` (the broker's own CLI)."""
