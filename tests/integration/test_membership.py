@@ -15,7 +15,7 @@ import pytest
 
 from kgroup import FencedInstanceId, GroupConfig, MemberState
 from kgroup.testing import Broker
-from kgroup.testing._members import MemberGroup, covered
+from kgroup.testing._members import MemberGroup, MemberRunner, covered
 
 pytestmark = pytest.mark.parametrize("broker", ["kafka", "tansu"], indirect=True)
 
@@ -41,13 +41,23 @@ def config(broker: Broker, group: str, topic: str, **overrides: Any) -> GroupCon
     return GroupConfig(**values)
 
 
+async def stable_group(
+    group: MemberGroup, cfg: GroupConfig, topic: str, partitions: int, count: int
+) -> list[MemberRunner]:
+    """Start ``count`` members with ``cfg`` and wait until they cover ``topic``."""
+    runners = [await group.start(cfg) for _ in range(count)]
+    await group.wait_until(
+        lambda: covered(runners, topic, partitions), timeout=60, what=f"{count} stable"
+    )
+    return runners
+
+
 async def test_three_members_share_six_partitions(
     broker: Broker, make_topic: Callable[..., str], unique_group: str
 ) -> None:
     topic = make_topic(6)
     async with MemberGroup() as group:
-        runners = [await group.start(config(broker, unique_group, topic)) for _ in range(3)]
-        await group.wait_until(lambda: covered(runners, topic, 6), timeout=60, what="3 stable")
+        runners = await stable_group(group, config(broker, unique_group, topic), topic, 6, 3)
         assert all(len(r.assignment) == 2 for r in runners)
         assert len({r.member.generation.generation_id for r in runners}) == 1
         assert sum(r.member.is_leader for r in runners) == 1
@@ -59,8 +69,7 @@ async def test_graceful_leave_moves_partitions_to_survivors(
 ) -> None:
     topic = make_topic(6)
     async with MemberGroup() as group:
-        runners = [await group.start(config(broker, unique_group, topic)) for _ in range(3)]
-        await group.wait_until(lambda: covered(runners, topic, 6), timeout=60, what="3 stable")
+        runners = await stable_group(group, config(broker, unique_group, topic), topic, 6, 3)
         leaving, survivors = runners[2], runners[:2]
         owned = leaving.assignment
         await leaving.close()
@@ -80,8 +89,7 @@ async def test_silent_member_is_evicted_and_its_partitions_move(
 ) -> None:
     topic = make_topic(6)
     async with MemberGroup() as group:
-        runners = [await group.start(config(broker, unique_group, topic)) for _ in range(3)]
-        await group.wait_until(lambda: covered(runners, topic, 6), timeout=60, what="3 stable")
+        runners = await stable_group(group, config(broker, unique_group, topic), topic, 6, 3)
         crashed, survivors = runners[2], runners[:2]
         started = time.monotonic()
         await crashed.crash()  # no LeaveGroup, no more heartbeats
