@@ -1,6 +1,6 @@
 # The two set-up commands of the README. Each installs what it needs on a fresh machine.
 PYTHON ?= python3
-CHECKED = kgroup tests benchmarks examples
+CHECKED = $(wildcard kgroup tests benchmarks examples)
 
 .PHONY: demo test
 

@@ -26,8 +26,6 @@ import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import sniffio
-
 from .._config import GroupConfig
 from .._core._consumer_protocol import TopicPartition
 from .._core._embedding import ConsumerEmbedding, ListenerCall
@@ -214,14 +212,12 @@ class GroupMember:
     async def start(self) -> None:
         """Start the heartbeat task. Joining happens in the first ``poll()``."""
         try:
-            library = sniffio.current_async_library()
-        except sniffio.AsyncLibraryNotFoundError:
-            library = "asyncio"
-        if library != "asyncio":
+            asyncio.get_running_loop()
+        except RuntimeError:
             raise UsageError(
-                f"kgroup runs on asyncio only (aiokafka is asyncio-only), not {library}: "
-                "use anyio.run(..., backend='asyncio')"
-            )
+                "kgroup runs on asyncio only (aiokafka is asyncio-only) and found no running "
+                "asyncio event loop; under anyio use anyio.run(..., backend='asyncio')"
+            ) from None
         if self._lifecycle is not _Lifecycle.UNOPENED:
             raise UsageError(f"GroupMember cannot be started: it is {self._lifecycle.value}")
         self._core = MemberCore(
