@@ -335,18 +335,24 @@ class _Fields:
     ``AttributeError`` escapes ``from_wire``.
     """
 
-    def __init__(self, label: str, schema: Any, values: Mapping[str, object]) -> None:
+    def __init__(
+        self, label: str, schema: Any, values: Mapping[str, object], *, lenient: bool = False
+    ) -> None:
         self.label = label
         self._schema = schema
         self._values = values
+        # Lenient: a null where the schema forbids one reads as the empty value. Only used
+        # to read an error answer whose other fields carry no meaning (see from_wire).
+        self._lenient = lenient
 
     @classmethod
-    def of_struct(cls, label: str, struct: Any) -> _Fields:
+    def of_struct(cls, label: str, struct: Any, *, lenient: bool = False) -> _Fields:
         schema = getattr(struct, "SCHEMA", None)
         names = getattr(schema, "names", None)
         if not isinstance(names, tuple):
             raise RemoteProtocolError(f"{label} response: not a protocol struct: {struct!r}")
-        return cls(label, schema, {name: getattr(struct, name, _MISSING) for name in names})
+        values = {name: getattr(struct, name, _MISSING) for name in names}
+        return cls(label, schema, values, lenient=lenient)
 
     def error(self, problem: str) -> RemoteProtocolError:
         return RemoteProtocolError(f"{self.label} response: {problem}")
@@ -380,13 +386,15 @@ class _Fields:
 
     def get_str(self, name: str) -> str:
         value = self.get_nullable_str(name)
+        if value is None and self._lenient:
+            return ""
         if value is None:
             raise self._wrong(name, "a string (it is not nullable)", value)
         return value
 
     def get_bytes(self, name: str, *, null_as_empty: bool = False) -> bytes:
         value = self._get(name)
-        if value is None and null_as_empty:
+        if value is None and (null_as_empty or self._lenient):
             return b""
         if not isinstance(value, bytes):
             raise self._wrong(name, "bytes (not nullable)", value)
@@ -395,6 +403,8 @@ class _Fields:
     def get_array(self, name: str) -> list[_Fields]:
         """The elements of an array of structs, each as ``_Fields``."""
         value = self._get(name)
+        if value is None and self._lenient:
+            return []
         if not isinstance(value, list | tuple):
             raise self._wrong(name, "an array (it is not nullable)", value)
         kind = self._schema.fields[self._schema.names.index(name)]
@@ -408,7 +418,10 @@ class _Fields:
                 raise self.error(f"{name}[{index}] should have fields {names}, got {item!r}")
             items.append(
                 _Fields(
-                    f"{self.label} {name}[{index}]", element, dict(zip(names, item, strict=True))
+                    f"{self.label} {name}[{index}]",
+                    element,
+                    dict(zip(names, item, strict=True)),
+                    lenient=self._lenient,
                 )
             )
         return items
@@ -428,12 +441,34 @@ def from_wire(response: Response) -> GroupResponse:
             f"(API key {api_key!r}, version {version!r}): not a kgroup group API"
         )
     label = api_label(api_key, version)
-    fields = _Fields.of_struct(label, response)
+    try:
+        return _decode(api_key, version, _Fields.of_struct(label, response))
+    except RemoteProtocolError as strict_error:
+        # Some brokers (librdkafka's mock cluster, seen here) fill the other fields of an
+        # error answer with nulls the schema forbids. The error code is what matters then:
+        # losing it (say GROUP_AUTHORIZATION_FAILED) to a decode error would retry forever.
+        # A success answer must still be well formed.
+        try:
+            lenient = _decode(api_key, version, _Fields.of_struct(label, response, lenient=True))
+        except RemoteProtocolError:
+            raise strict_error from None
+        if _error_code(lenient) == 0:
+            raise
+        return lenient
+
+
+def _decode(api_key: int, version: int, fields: _Fields) -> GroupResponse:
     try:
         return _DECODERS[api_key](fields, version)
     except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
         # A struct whose SCHEMA itself is broken; the getters catch everything else.
-        raise RemoteProtocolError(f"{label} response is malformed: {exc!r}") from exc
+        raise RemoteProtocolError(f"{fields.label} response is malformed: {exc!r}") from exc
+
+
+def _error_code(response: GroupResponse) -> int:
+    if isinstance(response, LeaveGroupResponse):
+        return response.effective_error
+    return response.error_code
 
 
 def _throttle(fields: _Fields, version: int, first: int) -> int:

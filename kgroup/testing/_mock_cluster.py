@@ -38,6 +38,11 @@ _ERRSTR_SIZE = 512
 _c_ptr = ctypes.c_void_p
 
 
+#: API key -> the highest version the mock's handler parses correctly (JoinGroup, SyncGroup,
+#: LeaveGroup); see MockCluster.__init__.
+_PARSEABLE_GROUP_API_MAX = {11: 5, 14: 3, 13: 2}
+
+
 class MockClusterError(RuntimeError):
     """A mock-cluster control call returned an error code."""
 
@@ -203,6 +208,13 @@ class MockCluster:
             "rd_kafka_mock_group_initial_rebalance_delay_ms"
         ):
             self.set_group_initial_rebalance_delay_ms(initial_rebalance_delay_ms)
+        # The mock advertises flexible versions of these group APIs, but its handlers parse
+        # arrays with fixed 32-bit counts and LeaveGroup with the v0-v2 layout at every
+        # version: a JoinGroup v6+, SyncGroup v4+ or LeaveGroup v3+ makes it drop the
+        # connection. Advertise only what it really parses (librdkafka itself never sends
+        # more), so clients negotiate versions the mock understands.
+        for api_key, max_version in _PARSEABLE_GROUP_API_MAX.items():
+            self.set_apiversion(api_key, 0, max_version)
 
     # --- lifecycle -------------------------------------------------------------------------
 

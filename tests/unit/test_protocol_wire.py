@@ -721,3 +721,24 @@ def test_unexpected_structs_are_remote_protocol_errors() -> None:
     theirs = AiokafkaJoinGroupResponse_v5(0, 0, 1, "range", "m", "m", [])
     with pytest.raises(RemoteProtocolError, match=r"JoinGroup v5 response: field '\w+' is missing"):
         from_wire(theirs)
+
+
+@pytest.mark.parametrize(
+    ("api_key", "version", "raw"),
+    [
+        # JoinGroup v5, GROUP_AUTHORIZATION_FAILED, null protocol_name/leader (mock cluster)
+        (
+            11,
+            5,
+            b"\x00\x00\x00\x00\x00\x1e\xff\xff\xff\xff\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00",
+        ),
+        # FindCoordinator v3, GROUP_AUTHORIZATION_FAILED, null host (mock cluster)
+        (10, 3, b"\x00\x00\x00\x00\x00\x1e\x00\xff\xff\xff\xff\x00\xff\xff\xff\xff\x00"),
+    ],
+)
+def test_error_answer_with_forbidden_nulls_keeps_its_error_code(
+    api_key: int, version: int, raw: bytes
+) -> None:
+    """An error answer's other fields carry no meaning: nulls there must not turn a fatal
+    GROUP_AUTHORIZATION_FAILED into a decode error that would be retried forever."""
+    assert decode(api_key, version, raw).error_code == 30
