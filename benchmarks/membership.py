@@ -1,0 +1,914 @@
+"""Group-membership benchmarks: kgroup against the clients a user would pick instead.
+
+    python benchmarks/membership.py [--broker tansu|kafka] [--members 3] [--repeat N]
+                                    [--idle-members 1000] [--json results.json]
+
+Every member runs in its own process (``benchmarks/_member_proc.py``), which reports each
+assignment change with a ``time.time()`` stamp. Scenarios, per client and repetition:
+
+1. **join**: start ``--members`` members of a fresh group on a fresh topic
+   (``--partitions``, 6) at once; seconds from the first spawn until all of them hold
+   assignments that are non-empty, disjoint and cover every partition.
+2. **leave→covered**: SIGTERM one member of that stable group (its client closes: revoke,
+   LeaveGroup); seconds until the survivors' assignments cover every partition again.
+3. **crash→covered**: a second fresh group and topic, joined the same way (a second join
+   sample); SIGKILL one member; seconds until the survivors cover every partition. Bounded
+   below by the session timeout, since nothing tells the broker that the member died.
+4. **idle**: ``--idle-members`` kgroup members in ONE process (and ``--idle-peer-members``
+   aiokafka and confluent-aio consumers, each also in one process), each alone in its own
+   group on a 1-partition topic, at Kafka's defaults (heartbeat 3000 ms, session 45000 ms).
+   Once all are stable: process CPU over ``--idle-window`` seconds, event-loop lag p99 (a
+   task sleeping 10 ms), and whether every member stayed stable.
+
+Everything started here (broker, member processes and their process groups) is stopped
+on the way out, also on Ctrl-C or SIGTERM; every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import queue
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from kgroup.testing import KafkaBroker, TansuBroker  # noqa: E402
+from kgroup.testing._ports import kill_with_parent_prefix  # noqa: E402
+
+MEMBER_PROC = HERE / "_member_proc.py"
+CLIENTS = ("kgroup", "aiokafka", "confluent", "confluent-aio", "kafka-python", "java")
+IDLE_PEERS = ("aiokafka", "confluent-aio")
+
+# Why a client cannot run on a broker, found by running it (see README.md).
+KNOWN_INCOMPATIBLE = {
+    ("java", "tansu"): (
+        "tansu 0.6.0 cannot decode the Kafka 4.4.0 Java client's ApiVersions request "
+        "(UnexpectedEof) and drops the connection; the client retries forever"
+    ),
+}
+
+
+class BenchmarkError(RuntimeError):
+    pass
+
+
+# --- member processes ------------------------------------------------------------------------
+
+
+@dataclass
+class Member:
+    """One member process and what it reported."""
+
+    key: int
+    client: str
+    name: str
+    proc: subprocess.Popen[bytes]
+    spawn_t: float
+    log_path: Path
+    reader: threading.Thread | None = None
+    ready_t: float | None = None
+    owned: frozenset[int] | None = None  # None until the first assignment event
+    owned_t: float | None = None  # when ``owned`` last changed
+    events: list[dict[str, Any]] = field(default_factory=list)
+    eof_t: float | None = None
+    signalled: str | None = None
+
+    @property
+    def exited(self) -> bool:
+        return self.eof_t is not None
+
+    def events_since(self, t: float, kinds: Iterable[str]) -> list[dict[str, Any]]:
+        wanted = set(kinds)
+        return [e for e in self.events if e.get("t", 0) >= t and e.get("event") in wanted]
+
+
+class Fleet:
+    """Spawns member processes, reads their JSON lines and stops them all at the end."""
+
+    def __init__(self, log_dir: Path, bootstrap: str) -> None:
+        self.log_dir = log_dir
+        self.bootstrap = bootstrap
+        self.inbox: queue.Queue[tuple[int, dict[str, Any] | None, float]] = queue.Queue()
+        self.members: dict[int, Member] = {}
+        self._keys = iter(range(1, 1_000_000))
+        self.on_event: Callable[[Member, dict[str, Any]], None] | None = None
+
+    def spawn(self, client: str, group: str, topic: str, name: str, extra: Sequence[str]) -> Member:
+        key = next(self._keys)
+        log_path = self.log_dir / f"{name}.log"
+        argv = [
+            *kill_with_parent_prefix(),
+            sys.executable,
+            str(MEMBER_PROC),
+            "--client",
+            client,
+            "--bootstrap",
+            self.bootstrap,
+            "--group",
+            group,
+            "--topic",
+            topic,
+            "--name",
+            name,
+            *extra,
+        ]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        env["PYTHONUNBUFFERED"] = "1"
+        with log_path.open("ab") as log:
+            spawn_t = time.time()
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+                start_new_session=True,  # its own process group (the JVM of `java` joins it)
+                close_fds=True,
+            )
+        member = Member(key, client, name, proc, spawn_t, log_path)
+        self.members[key] = member
+        member.reader = threading.Thread(
+            target=self._read, args=(member,), name=f"reader-{name}", daemon=True
+        )
+        member.reader.start()
+        return member
+
+    def _read(self, member: Member) -> None:
+        stdout = member.proc.stdout
+        assert stdout is not None
+        for raw in stdout:
+            try:
+                record = json.loads(raw)
+            except json.JSONDecodeError:
+                record = {"t": time.time(), "event": "output", "line": raw.decode(errors="replace")}
+            if isinstance(record, dict):
+                self.inbox.put((member.key, record, time.time()))
+        self.inbox.put((member.key, None, time.time()))
+
+    def pump(self, timeout: float) -> bool:
+        """Apply at most one pending event (waiting up to ``timeout``); False if none came."""
+        try:
+            key, record, received = self.inbox.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return False
+        member = self.members[key]
+        if record is None:
+            member.eof_t = received
+            return True
+        member.events.append(record)
+        kind = record.get("event")
+        t = float(record.get("t", received))
+        if kind == "ready" and member.ready_t is None:
+            member.ready_t = t
+        elif kind in ("assigned", "revoked", "lost"):
+            member.owned = frozenset(int(p) for p in record.get("partitions", ()))
+            member.owned_t = t
+        elif kind == "closed":
+            member.owned = frozenset()
+            member.owned_t = t
+        if self.on_event is not None:
+            self.on_event(member, record)
+        return True
+
+    def wait_until(
+        self,
+        predicate: Callable[[], bool],
+        deadline_s: float,
+        *,
+        watch: Iterable[Member] = (),
+    ) -> tuple[bool, str]:
+        """Pump events until ``predicate()`` holds; (False, reason) at the deadline or when a
+        watched member exits."""
+        watched = list(watch)
+        end = time.monotonic() + deadline_s
+        while True:
+            if predicate():
+                return True, ""
+            gone = [m.name for m in watched if m.exited]
+            if gone:
+                return False, f"member(s) exited: {', '.join(gone)}"
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return False, f"deadline {deadline_s:.0f}s passed"
+            self.pump(min(remaining, 0.2))
+
+    def pump_for(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while (remaining := end - time.monotonic()) > 0:
+            self.pump(min(remaining, 0.2))
+
+    def terminate(self, member: Member) -> float:
+        """SIGTERM the member process itself (a `java` wrapper forwards it to its JVM)."""
+        member.signalled = "SIGTERM"
+        t = time.time()
+        with contextlib.suppress(ProcessLookupError):
+            member.proc.send_signal(signal.SIGTERM)
+        return t
+
+    def kill(self, member: Member) -> float:
+        """SIGKILL the member's whole process group (wrapper and JVM alike)."""
+        member.signalled = "SIGKILL"
+        t = time.time()
+        _killpg(member.proc.pid, signal.SIGKILL)
+        return t
+
+    def stop(self, members: Iterable[Member], grace: float = 15.0) -> None:
+        """SIGTERM every live member, wait up to ``grace`` s, then SIGKILL the groups."""
+        live = [m for m in members if m.proc.poll() is None]
+        for m in live:
+            with contextlib.suppress(ProcessLookupError):
+                m.proc.send_signal(signal.SIGTERM)
+        end = time.monotonic() + grace
+        for m in live:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                m.proc.wait(timeout=max(0.0, end - time.monotonic()))
+        for m in members:
+            _killpg(m.proc.pid, signal.SIGKILL)  # the group: also a JVM left behind
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                m.proc.wait(timeout=5.0)
+        for m in members:
+            if m.reader is not None:
+                m.reader.join(timeout=5.0)
+        # Drain what they printed while closing, so the next scenario starts clean.
+        while self.pump(0.0):
+            pass
+
+    def stop_all(self) -> None:
+        self.stop(list(self.members.values()), grace=10.0)
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+# --- scenarios -------------------------------------------------------------------------------
+
+
+def covers(members: Sequence[Member], partitions: int) -> bool:
+    """Every member holds a non-empty assignment; together disjoint and complete."""
+    seen: set[int] = set()
+    total = 0
+    for m in members:
+        if not m.owned:
+            return False
+        seen |= m.owned
+        total += len(m.owned)
+    return total == partitions and seen == set(range(partitions))
+
+
+def covered_at(members: Sequence[Member]) -> float:
+    return max(m.owned_t or 0.0 for m in members)
+
+
+def learned_after(members: Sequence[Member], t: float) -> tuple[float | None, float | None]:
+    """Seconds after ``t`` until the first and until the last of ``members`` reported a
+    change (learned of the rebalance: eager clients revoke everything first)."""
+    firsts = []
+    for m in members:
+        times = [float(e["t"]) for e in m.events_since(t, ("revoked", "lost", "assigned"))]
+        if times:
+            firsts.append(min(times) - t)
+    if not firsts:
+        return None, None
+    return min(firsts), max(firsts) if len(firsts) == len(members) else None
+
+
+@dataclass
+class Settings:
+    broker: str
+    members: int
+    partitions: int
+    session_ms: int
+    heartbeat_ms: int
+    max_poll_ms: int
+    deadline: float
+    settle: float
+    log_level: str
+
+
+class ChurnBench:
+    """Scenarios 1-3 for one client."""
+
+    def __init__(self, fleet: Fleet, broker: Any, settings: Settings, log: Callable[[str], None]):
+        self.fleet = fleet
+        self.broker = broker
+        self.s = settings
+        self.log = log
+
+    def _member_args(self) -> list[str]:
+        s = self.s
+        return [
+            "--session-ms",
+            str(s.session_ms),
+            "--heartbeat-ms",
+            str(s.heartbeat_ms),
+            "--max-poll-ms",
+            str(s.max_poll_ms),
+            "--log-level",
+            s.log_level,
+        ]
+
+    def _fresh(self, client: str, tag: str) -> tuple[str, str]:
+        suffix = uuid.uuid4().hex[:6]
+        topic = f"bench-{client}-{tag}-{suffix}"
+        group = f"bench-{client}-{tag}-{suffix}"
+        self.broker.create_topic(topic, self.s.partitions)
+        return group, topic
+
+    def _join(self, client: str, tag: str) -> tuple[list[Member], dict[str, Any]]:
+        """Start a fresh group; on failure its members are stopped before raising."""
+        group, topic = self._fresh(client, tag)
+        members: list[Member] = []
+        try:
+            for i in range(self.s.members):
+                name = f"{client}-{tag}-{i}"
+                members.append(self.fleet.spawn(client, group, topic, name, self._member_args()))
+            return self._await_joined(members)
+        except BaseException:
+            self.fleet.stop(members)
+            raise
+
+    def _await_joined(self, members: list[Member]) -> tuple[list[Member], dict[str, Any]]:
+        t0 = min(m.spawn_t for m in members)
+        ok, why = self.fleet.wait_until(
+            lambda: covers(members, self.s.partitions), self.s.deadline, watch=members
+        )
+        if not ok:
+            raise BenchmarkError(f"join: {why}; {self._describe(members)}")
+        t_cover = covered_at(members)
+        ready = [m.ready_t for m in members if m.ready_t is not None]
+        result = {
+            "join_s": t_cover - t0,
+            "join_from_ready_s": t_cover - max(ready) if ready else None,
+            "spawn_to_ready_s": max(ready) - t0 if ready else None,
+        }
+        # A group that looks stable must stay so for a moment before we disturb it.
+        self.fleet.pump_for(self.s.settle)
+        if not covers(members, self.s.partitions):
+            result["unsettled"] = True
+            ok, why = self.fleet.wait_until(
+                lambda: covers(members, self.s.partitions), self.s.deadline, watch=members
+            )
+            if not ok:
+                raise BenchmarkError(f"join (resettle): {why}; {self._describe(members)}")
+        return members, result
+
+    def _jitter(self) -> float:
+        """Wait a random part of a heartbeat interval before disturbing the group.
+
+        Without it the signal would land a fixed time (the settle time) after the group
+        became stable, so at a fixed phase of every member's heartbeat timer, and the
+        results would measure that phase rather than the client: whether the victim's last
+        heartbeat just went out decides ±1 interval of session expiry, and the survivors'
+        next heartbeat decides when they learn of a rebalance."""
+        jitter = random.uniform(0.0, self.s.heartbeat_ms / 1000.0)
+        self.fleet.pump_for(jitter)
+        return jitter
+
+    def _describe(self, members: Sequence[Member]) -> str:
+        parts = []
+        for m in members:
+            owned = "none" if m.owned is None else sorted(m.owned)
+            state = "exited" if m.exited else "running"
+            parts.append(f"{m.name}={owned} ({state}, log {m.log_path})")
+        return "; ".join(parts)
+
+    def leave(self, client: str, tag: str) -> dict[str, Any]:
+        members, result = self._join(client, tag)
+        try:
+            victim, survivors = members[-1], members[:-1]
+            result["leave_jitter_s"] = self._jitter()
+            t_kill = self.fleet.terminate(victim)
+            ok, why = self.fleet.wait_until(
+                lambda: covers(survivors, self.s.partitions), self.s.deadline, watch=survivors
+            )
+            if not ok:
+                result["leave_error"] = f"{why}; {self._describe(members)}"
+                return result
+            result["leave_s"] = covered_at(survivors) - t_kill
+            first, last = learned_after(survivors, t_kill)
+            result["leave_detect_s"], result["leave_detect_last_s"] = first, last
+            self.fleet.wait_until(lambda: victim.exited, 30.0)
+            result["leaver_exit_s"] = (victim.eof_t - t_kill) if victim.eof_t else None
+            result["leaver_revoked"] = bool(victim.events_since(t_kill, ("revoked",)))
+            return result
+        finally:
+            self.fleet.stop(members)
+
+    def crash(self, client: str, tag: str) -> dict[str, Any]:
+        members, result = self._join(client, tag)
+        try:
+            victim, survivors = members[-1], members[:-1]
+            result["crash_jitter_s"] = self._jitter()
+            t_kill = self.fleet.kill(victim)
+            ok, why = self.fleet.wait_until(
+                lambda: covers(survivors, self.s.partitions),
+                self.s.deadline + self.s.session_ms / 1000.0,
+                watch=survivors,
+            )
+            if not ok:
+                result["crash_error"] = f"{why}; {self._describe(members)}"
+                return result
+            result["crash_s"] = covered_at(survivors) - t_kill
+            first, last = learned_after(survivors, t_kill)
+            result["crash_detect_s"], result["crash_detect_last_s"] = first, last
+            return result
+        finally:
+            self.fleet.stop(members)
+
+    def run(self, client: str, rep: int) -> dict[str, Any]:
+        sample: dict[str, Any] = {"repeat": rep}
+        a = self.leave(client, f"r{rep}a")
+        sample["join_s"] = [a["join_s"]]
+        sample["join_from_ready_s"] = [a["join_from_ready_s"]]
+        sample["spawn_to_ready_s"] = [a["spawn_to_ready_s"]]
+        for key in (
+            "leave_s",
+            "leave_detect_s",
+            "leave_detect_last_s",
+            "leave_jitter_s",
+            "leaver_exit_s",
+            "leaver_revoked",
+            "leave_error",
+        ):
+            if key in a:
+                sample[key] = a[key]
+        self.log(
+            f"  {client} r{rep}: join {fmt(a['join_s'])} s, leave→covered "
+            f"{fmt(a.get('leave_s'))} s" + (f" ({a['leave_error']})" if "leave_error" in a else "")
+        )
+        b = self.crash(client, f"r{rep}b")
+        sample["join_s"].append(b["join_s"])
+        sample["join_from_ready_s"].append(b["join_from_ready_s"])
+        sample["spawn_to_ready_s"].append(b["spawn_to_ready_s"])
+        for key in (
+            "crash_s",
+            "crash_detect_s",
+            "crash_detect_last_s",
+            "crash_jitter_s",
+            "crash_error",
+        ):
+            if key in b:
+                sample[key] = b[key]
+        self.log(
+            f"  {client} r{rep}: join {fmt(b['join_s'])} s, crash→covered "
+            f"{fmt(b.get('crash_s'))} s" + (f" ({b['crash_error']})" if "crash_error" in b else "")
+        )
+        return sample
+
+
+# --- idle ------------------------------------------------------------------------------------
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process (all its threads), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def broker_pid(broker: Any) -> int | None:
+    proc = getattr(broker, "_proc", None)  # kgroup.testing's ManagedProcess
+    pid = getattr(proc, "pid", None)
+    return pid if isinstance(pid, int) else None
+
+
+def run_idle(
+    fleet: Fleet,
+    broker: Any,
+    client: str,
+    members: int,
+    args: argparse.Namespace,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    suffix = uuid.uuid4().hex[:6]
+    topic = f"idle-{client}-{suffix}"
+    broker.create_topic(topic, 1)
+    extra = [
+        "--idle",
+        str(members),
+        "--session-ms",
+        str(args.idle_session_ms),
+        "--heartbeat-ms",
+        str(args.idle_heartbeat_ms),
+        "--max-poll-ms",
+        "300000",
+        "--window",
+        str(args.idle_window),
+        "--settle",
+        "3",
+        "--join-deadline",
+        str(args.idle_join_deadline),
+        "--log-level",
+        args.log_level if args.log_level != "debug" else "info",
+    ]
+    if args.idle_poll_timeout is not None:
+        extra += ["--idle-poll-timeout", str(args.idle_poll_timeout)]
+    if args.idle_peer_pause and client != "kgroup":
+        extra.append("--pause")
+    name = f"idle-{client}-{members}"
+    pid = broker_pid(broker)
+    marks: dict[str, float | None] = {}
+    progress = {"last": -1.0}
+
+    def on_event(member: Member, record: dict[str, Any]) -> None:
+        kind = record.get("event")
+        if kind == "window_start":
+            marks["broker_cpu0"] = proc_cpu_seconds(pid) if pid else None
+            marks["t0"] = time.monotonic()
+        elif kind == "result":
+            marks["broker_cpu1"] = proc_cpu_seconds(pid) if pid else None
+            marks["t1"] = time.monotonic()
+        elif kind == "progress" and time.monotonic() - progress["last"] > 10:
+            progress["last"] = time.monotonic()
+            log(f"  {name}: {record.get('stable')}/{record.get('of')} stable")
+
+    fleet.on_event = on_event
+    member = fleet.spawn(client, f"idle-{client}-{suffix}", topic, name, extra)
+    try:
+        budget = args.idle_join_deadline + args.idle_window + 90.0
+        ok, why = fleet.wait_until(
+            lambda: any(e.get("event") == "result" for e in member.events), budget, watch=[member]
+        )
+        if not ok:
+            return {"client": client, "members": members, "ok": False, "reason": why}
+        result = next(e for e in member.events if e.get("event") == "result")
+        out = {"client": client, **{k: v for k, v in result.items() if k not in ("t", "event")}}
+        b0, b1 = marks.get("broker_cpu0"), marks.get("broker_cpu1")
+        t0, t1 = marks.get("t0"), marks.get("t1")
+        if b0 is not None and b1 is not None and t0 is not None and t1 is not None and t1 > t0:
+            out["broker_cpu_pct_of_core"] = 100.0 * (b1 - b0) / (t1 - t0)
+        fleet.wait_until(lambda: member.exited, 90.0)
+        closed = next((e for e in member.events if e.get("event") == "closed"), None)
+        if closed is not None:
+            out["close_s"] = closed.get("close_s")
+            out["not_closed"] = closed.get("not_closed")
+        out["log"] = str(member.log_path)
+        return out
+    finally:
+        fleet.on_event = None
+        fleet.stop([member], grace=30.0)
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def median(values: Iterable[Any]) -> float | None:
+    numbers = [float(v) for v in values if isinstance(v, (int, float))]
+    return statistics.median(numbers) if numbers else None
+
+
+def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    joins = [j for s in samples for j in s.get("join_s", ())]
+    ready = [j for s in samples for j in s.get("join_from_ready_s", ())]
+    return {
+        "join_s": median(joins),
+        "join_from_ready_s": median(ready),
+        "leave_s": median(s.get("leave_s") for s in samples),
+        "leave_detect_s": median(s.get("leave_detect_s") for s in samples),
+        "crash_s": median(s.get("crash_s") for s in samples),
+        "crash_detect_s": median(s.get("crash_detect_s") for s in samples),
+        "crash_detect_last_s": median(s.get("crash_detect_last_s") for s in samples),
+        "leave_detect_last_s": median(s.get("leave_detect_last_s") for s in samples),
+        "leaver_exit_s": median(s.get("leaver_exit_s") for s in samples),
+        "join_samples": len(joins),
+        "errors": [
+            s[k] for s in samples for k in ("error", "leave_error", "crash_error") if k in s
+        ],
+    }
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    line = " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    sep = "-+-".join("-" * w for w in widths)
+    body = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join([line, sep, *body])
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if a is None or b is None or b == 0:
+        return "—"
+    return f"{a / b:.2f}"
+
+
+def churn_table(results: dict[str, dict[str, Any]]) -> str:
+    base = results.get("kgroup", {}).get("summary", {})
+    rows = []
+    for client, entry in results.items():
+        if "skipped" in entry:
+            rows.append([client, "n/a", "n/a", "n/a", "n/a", "n/a", entry["skipped"][:60]])
+            continue
+        s = entry["summary"]
+        if client == "kgroup":
+            ratios = "—"
+        else:
+            ratios = " / ".join(
+                ratio(base.get(k), s.get(k)) for k in ("join_s", "leave_s", "crash_s")
+            )
+        note = "; ".join(e.split(";")[0] for e in s["errors"])[:60]
+        rows.append(
+            [
+                client,
+                fmt(s["join_s"]),
+                fmt(s["join_from_ready_s"]),
+                fmt(s["leave_s"]),
+                fmt(s["crash_s"]),
+                ratios,
+                note,
+            ]
+        )
+    header = [
+        "client",
+        "join s",
+        "join from ready s",
+        "leave→covered s",
+        "crash→covered s",
+        "ratio kgroup/peer (join/leave/crash)",
+        "notes",
+    ]
+    return render_table(header, rows)
+
+
+def idle_table(results: list[dict[str, Any]]) -> str:
+    rows = []
+    for r in results:
+        if not r.get("ok"):
+            rows.append(
+                [r["client"], str(r.get("members")), "FAILED: " + str(r.get("reason"))[:70]]
+            )
+            rows[-1] += [""] * 8
+            continue
+        rows.append(
+            [
+                r["client"] + (" (paused)" if r.get("paused") else ""),
+                str(r["members"]),
+                fmt(r.get("join_s"), 1),
+                fmt(r.get("cpu_pct_of_core"), 1),
+                fmt(r.get("cpu_ms_per_member_minute"), 2),
+                fmt(r.get("lag_p99_ms"), 1),
+                fmt(r.get("lag_max_ms"), 1),
+                fmt(r.get("all_stable")),
+                fmt(r.get("broker_cpu_pct_of_core"), 1),
+                fmt(r.get("rss_mb"), 0),
+                str(r.get("threads", "—")),
+            ]
+        )
+    header = [
+        "client",
+        "members",
+        "all stable after s",
+        "CPU % of 1 core",
+        "CPU ms / member-minute",
+        "loop lag p99 ms",
+        "lag max ms",
+        "stayed stable",
+        "broker CPU %",
+        "RSS MB",
+        "threads",
+    ]
+    return render_table(header, rows)
+
+
+# --- main ------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--broker", choices=("tansu", "kafka"), default="tansu")
+    p.add_argument("--members", type=int, default=3, help="members per group (default 3)")
+    p.add_argument("--partitions", type=int, default=6, help="topic partitions (default 6)")
+    p.add_argument("--repeat", type=int, default=3, help="repetitions of scenarios 1-3 (3)")
+    p.add_argument(
+        "--clients",
+        default=",".join(CLIENTS),
+        help=f"comma-separated subset of {','.join(CLIENTS)} (default: all)",
+    )
+    p.add_argument("--session-ms", type=int, default=6000)
+    p.add_argument("--heartbeat-ms", type=int, default=1000)
+    p.add_argument("--max-poll-ms", type=int, default=300_000)
+    p.add_argument("--deadline", type=float, default=60.0, help="per-wait deadline, s")
+    p.add_argument("--settle", type=float, default=1.0, help="stability check after join, s")
+    p.add_argument("--idle-members", type=int, default=1000, help="kgroup idle members (0: skip)")
+    p.add_argument(
+        "--idle-peer-members",
+        type=int,
+        default=300,
+        help="aiokafka / confluent-aio idle members, and a kgroup run at the same N (0: skip)",
+    )
+    p.add_argument("--idle-clients", default="kgroup," + ",".join(IDLE_PEERS))
+    p.add_argument("--idle-window", type=float, default=30.0, help="idle measuring window, s")
+    p.add_argument("--idle-session-ms", type=int, default=45_000)
+    p.add_argument("--idle-heartbeat-ms", type=int, default=3000)
+    p.add_argument("--idle-join-deadline", type=float, default=180.0)
+    p.add_argument(
+        "--idle-poll-timeout",
+        type=float,
+        default=None,
+        help="kgroup idle members call poll(timeout=this) in a loop (default: None, long-poll)",
+    )
+    p.add_argument(
+        "--idle-peer-pause",
+        action="store_true",
+        help="idle peers pause their partitions (no fetching: membership-only like kgroup)",
+    )
+    p.add_argument("--skip-churn", action="store_true", help="only the idle scenario")
+    p.add_argument("--skip-idle", action="store_true", help="only scenarios 1-3")
+    p.add_argument("--try-incompatible", action="store_true", help="run known-broken pairs too")
+    p.add_argument("--log-level", default="info", help="members' log level (stderr → log files)")
+    p.add_argument("--log-dir", type=Path, default=None, help="member logs (default: temp dir)")
+    p.add_argument("--json", type=Path, default=None, help="write all results here")
+    args = p.parse_args(argv)
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    for c in clients:
+        if c not in CLIENTS:
+            p.error(f"unknown client {c!r}")
+    args.client_list = clients
+    idle_clients = [c.strip() for c in args.idle_clients.split(",") if c.strip()]
+    for c in idle_clients:
+        if c not in ("kgroup", *IDLE_PEERS):
+            p.error(f"unknown idle client {c!r}")
+    args.idle_client_list = idle_clients
+    if not 1 <= args.members <= args.partitions:
+        p.error("--members must be between 1 and --partitions (each member needs a partition)")
+    if args.members < 2:
+        p.error("--members must be at least 2 (a survivor must take over)")
+    return args
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    with contextlib.suppress(AttributeError, ValueError):
+        signal.signal(signal.SIGHUP, _raise_interrupt)
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="kgroup-bench-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    results: dict[str, Any] = {
+        "meta": {
+            "broker": args.broker,
+            "members": args.members,
+            "partitions": args.partitions,
+            "session_ms": args.session_ms,
+            "heartbeat_ms": args.heartbeat_ms,
+            "max_poll_ms": args.max_poll_ms,
+            "repeat": args.repeat,
+            "idle_session_ms": args.idle_session_ms,
+            "idle_heartbeat_ms": args.idle_heartbeat_ms,
+            "idle_window_s": args.idle_window,
+            "idle_poll_timeout": args.idle_poll_timeout,
+            "idle_peer_pause": args.idle_peer_pause,
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "log_dir": str(log_dir),
+        },
+        "churn": {},
+        "idle": [],
+    }
+    broker: Any = TansuBroker() if args.broker == "tansu" else KafkaBroker()
+    fleet: Fleet | None = None
+    interrupted = False
+    try:
+        log(f"starting {args.broker} ...")
+        broker.start()
+        results["meta"]["bootstrap"] = broker.bootstrap
+        if args.broker == "kafka":
+            results["meta"]["kafka_version"] = getattr(broker, "version", None)
+        fleet = Fleet(log_dir, broker.bootstrap)
+        if "java" in args.client_list and not args.skip_churn:
+            if (("java", args.broker) not in KNOWN_INCOMPATIBLE) or args.try_incompatible:
+                from kgroup.testing._java import java_member_command
+
+                log("preparing the Java member (jars, javac) ...")
+                java_member_command(["--help"])  # fetch + compile once, outside any timing
+        settings = Settings(
+            broker=args.broker,
+            members=args.members,
+            partitions=args.partitions,
+            session_ms=args.session_ms,
+            heartbeat_ms=args.heartbeat_ms,
+            max_poll_ms=args.max_poll_ms,
+            deadline=args.deadline,
+            settle=args.settle,
+            log_level=args.log_level,
+        )
+        if not args.skip_churn:
+            bench = ChurnBench(fleet, broker, settings, log)
+            for client in args.client_list:
+                reason = KNOWN_INCOMPATIBLE.get((client, args.broker))
+                if reason and not args.try_incompatible:
+                    log(f"{client}: skipped on {args.broker}: {reason}")
+                    results["churn"][client] = {"skipped": reason}
+                    continue
+                log(f"{client}: scenarios 1-3 x{args.repeat}")
+                samples: list[dict[str, Any]] = []
+                for rep in range(args.repeat):
+                    try:
+                        samples.append(bench.run(client, rep))
+                    except BenchmarkError as exc:
+                        log(f"  {client} r{rep}: FAILED: {exc}")
+                        samples.append({"repeat": rep, "error": str(exc)})
+                        if not any("error" not in x for x in samples):
+                            break  # it never joined: it will not in the next round either
+                results["churn"][client] = {"samples": samples, "summary": summarize(samples)}
+        if not args.skip_idle:
+            plan: list[tuple[str, int]] = []
+            for client in args.idle_client_list:
+                if client == "kgroup":
+                    if args.idle_members:
+                        plan.append(("kgroup", args.idle_members))
+                    if args.idle_peer_members and args.idle_peer_members != args.idle_members:
+                        plan.append(("kgroup", args.idle_peer_members))
+                elif args.idle_peer_members:
+                    plan.append((client, args.idle_peer_members))
+            for client, n in plan:
+                log(f"idle: {n} {client} members in one process ...")
+                r = run_idle(fleet, broker, client, n, args, log)
+                r["paused"] = bool(args.idle_peer_pause and client != "kgroup")
+                results["idle"].append(r)
+                log(
+                    f"  {client} x{n}: cpu {fmt(r.get('cpu_pct_of_core'), 1)}% of a core, "
+                    f"lag p99 {fmt(r.get('lag_p99_ms'), 1)} ms, stable {fmt(r.get('all_stable'))}"
+                    + ("" if r.get("ok") else f" FAILED: {r.get('reason')}")
+                )
+    except KeyboardInterrupt:
+        interrupted = True
+        log("interrupted: stopping everything ...")
+    finally:
+        if fleet is not None:
+            fleet.stop_all()
+        broker.close()
+
+    s = results["meta"]
+    if results["churn"]:
+        print(
+            f"\nMembership on {args.broker}: {s['members']} members, {s['partitions']} partitions, "
+            f"session {s['session_ms']} ms, heartbeat {s['heartbeat_ms']} ms, range; "
+            f"median of {args.repeat} run(s) (join: {2 * args.repeat} samples)"
+        )
+        print(churn_table(results["churn"]))
+    if results["idle"]:
+        print(
+            f"\nIdle members on {args.broker}: one process per row, each member alone in its "
+            f"own group, heartbeat {args.idle_heartbeat_ms} ms, session {args.idle_session_ms} ms, "
+            f"window {args.idle_window:.0f} s"
+        )
+        print(idle_table(results["idle"]))
+    print(f"\nmember logs: {log_dir}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        print(f"results: {args.json}")
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
