@@ -32,6 +32,7 @@ there it fails, because CI must run every broker.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -187,17 +188,20 @@ def broker(request: pytest.FixtureRequest) -> Broker:
     return value
 
 
-@pytest.fixture
-def kafka_broker_factory(
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Callable[..., KafkaBroker]]:
-    """``factory(**KafkaBroker kwargs) -> KafkaBroker``: a started private Kafka broker."""
-    started: list[KafkaBroker] = []
+_B = TypeVar("_B", KafkaBroker, TansuBroker)
 
-    def factory(**kwargs: Any) -> KafkaBroker:
-        kwargs.setdefault("log_path", tmp_path_factory.mktemp("kafka-broker") / "broker.log")
-        broker = KafkaBroker(**kwargs)
-        _started_logs.append(("kafka_broker_factory", broker.log_path))
+
+@contextlib.contextmanager
+def _private_brokers(
+    cls: type[_B], fixture: str, log_name: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[..., _B]]:
+    """A factory of started private brokers of ``cls``; all closed on exit."""
+    started: list[_B] = []
+
+    def factory(**kwargs: Any) -> _B:
+        kwargs.setdefault("log_path", tmp_path_factory.mktemp(f"{fixture}-") / log_name)
+        broker = cls(**kwargs)
+        _started_logs.append((fixture, broker.log_path))
         started.append(broker)
         _start_or_skip(broker.start)
         return broker
@@ -207,6 +211,17 @@ def kafka_broker_factory(
     finally:
         for broker in started:
             broker.close()
+
+
+@pytest.fixture
+def kafka_broker_factory(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Callable[..., KafkaBroker]]:
+    """``factory(**KafkaBroker kwargs) -> KafkaBroker``: a started private Kafka broker."""
+    with _private_brokers(
+        KafkaBroker, "kafka_broker_factory", "broker.log", tmp_path_factory
+    ) as factory:
+        yield factory
 
 
 @pytest.fixture
@@ -214,21 +229,10 @@ def tansu_broker_factory(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[Callable[..., TansuBroker]]:
     """``factory(**TansuBroker kwargs) -> TansuBroker``: a started private tansu broker."""
-    started: list[TansuBroker] = []
-
-    def factory(**kwargs: Any) -> TansuBroker:
-        kwargs.setdefault("log_path", tmp_path_factory.mktemp("tansu-broker") / "tansu.log")
-        broker = TansuBroker(**kwargs)
-        _started_logs.append(("tansu_broker_factory", broker.log_path))
-        started.append(broker)
-        _start_or_skip(broker.start)
-        return broker
-
-    try:
+    with _private_brokers(
+        TansuBroker, "tansu_broker_factory", "tansu.log", tmp_path_factory
+    ) as factory:
         yield factory
-    finally:
-        for broker in started:
-            broker.close()
 
 
 @pytest.fixture
