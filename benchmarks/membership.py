@@ -308,6 +308,7 @@ class Settings:
     deadline: float
     settle: float
     log_level: str
+    seed: int = 1
 
 
 class ChurnBench:
@@ -318,6 +319,7 @@ class ChurnBench:
         self.broker = broker
         self.s = settings
         self.log = log
+        self.rng = random.Random(settings.seed)
 
     def _member_args(self) -> list[str]:
         s = self.s
@@ -384,8 +386,9 @@ class ChurnBench:
         became stable, so at a fixed phase of every member's heartbeat timer, and the
         results would measure that phase rather than the client: whether the victim's last
         heartbeat just went out decides ±1 interval of session expiry, and the survivors'
-        next heartbeat decides when they learn of a rebalance."""
-        jitter = random.uniform(0.0, self.s.heartbeat_ms / 1000.0)
+        next heartbeat decides when they learn of a rebalance. The draws are seeded per
+        repetition (``--seed``), so every client gets the same sequence (paired samples)."""
+        jitter = self.rng.uniform(0.0, self.s.heartbeat_ms / 1000.0)
         self.fleet.pump_for(jitter)
         return jitter
 
@@ -441,6 +444,7 @@ class ChurnBench:
             self.fleet.stop(members)
 
     def run(self, client: str, rep: int) -> dict[str, Any]:
+        self.rng = random.Random(f"{self.s.seed}-{rep}")
         sample: dict[str, Any] = {"repeat": rep}
         a = self.leave(client, f"r{rep}a")
         sample["join_s"] = [a["join_s"]]
@@ -609,11 +613,22 @@ def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "crash_detect_last_s": median(s.get("crash_detect_last_s") for s in samples),
         "leave_detect_last_s": median(s.get("leave_detect_last_s") for s in samples),
         "leaver_exit_s": median(s.get("leaver_exit_s") for s in samples),
+        "leave_after_learn_s": median(_after_learn(s, "leave") for s in samples),
+        "crash_after_learn_s": median(_after_learn(s, "crash") for s in samples),
         "join_samples": len(joins),
         "errors": [
             s[k] for s in samples for k in ("error", "leave_error", "crash_error") if k in s
         ],
     }
+
+
+def _after_learn(sample: dict[str, Any], kind: str) -> float | None:
+    """Seconds from the moment the last survivor learned of the rebalance until covered:
+    the rebalance itself, without the heartbeat phase and session expiry before it."""
+    total, learned = sample.get(f"{kind}_s"), sample.get(f"{kind}_detect_last_s")
+    if total is None or learned is None:
+        return None
+    return float(total) - float(learned)
 
 
 def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -652,8 +667,8 @@ def churn_table(results: dict[str, dict[str, Any]]) -> str:
                 client,
                 fmt(s["join_s"]),
                 fmt(s["join_from_ready_s"]),
-                fmt(s["leave_s"]),
-                fmt(s["crash_s"]),
+                f"{fmt(s['leave_s'])} ({fmt(s.get('leave_after_learn_s'))})",
+                f"{fmt(s['crash_s'])} ({fmt(s.get('crash_after_learn_s'))})",
                 ratios,
                 note,
             ]
@@ -662,8 +677,8 @@ def churn_table(results: dict[str, dict[str, Any]]) -> str:
         "client",
         "join s",
         "join from ready s",
-        "leave→covered s",
-        "crash→covered s",
+        "leave→covered s (after learning)",
+        "crash→covered s (after learning)",
         "ratio kgroup/peer (join/leave/crash)",
         "notes",
     ]
@@ -757,7 +772,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--try-incompatible", action="store_true", help="run known-broken pairs too")
     p.add_argument("--log-level", default="info", help="members' log level (stderr → log files)")
     p.add_argument("--log-dir", type=Path, default=None, help="member logs (default: temp dir)")
+    p.add_argument("--seed", type=int, default=1, help="seed of the pre-signal jitter")
     p.add_argument("--json", type=Path, default=None, help="write all results here")
+    p.add_argument(
+        "--render", type=Path, default=None, help="only print the tables of a --json file"
+    )
     args = p.parse_args(argv)
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     for c in clients:
@@ -780,8 +799,34 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def print_tables(results: dict[str, Any]) -> None:
+    m = results["meta"]
+    if results["churn"]:
+        print(
+            f"\nMembership on {m['broker']}: {m['members']} members, {m['partitions']} "
+            f"partitions, session {m['session_ms']} ms, heartbeat {m['heartbeat_ms']} ms, "
+            f"range; median of {m['repeat']} run(s) (join: {2 * m['repeat']} samples); "
+            "(after learning): from the last survivor learning of the rebalance"
+        )
+        print(churn_table(results["churn"]))
+    if results["idle"]:
+        print(
+            f"\nIdle members on {m['broker']}: one process per row, each member alone in its "
+            f"own group, heartbeat {m['idle_heartbeat_ms']} ms, session "
+            f"{m['idle_session_ms']} ms, window {m['idle_window_s']:.0f} s"
+        )
+        print(idle_table(results["idle"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.render is not None:
+        results = json.loads(args.render.read_text())
+        for entry in results.get("churn", {}).values():
+            if "samples" in entry:
+                entry["summary"] = summarize(entry["samples"])
+        print_tables(results)
+        return 0
     signal.signal(signal.SIGTERM, _raise_interrupt)
     with contextlib.suppress(AttributeError, ValueError):
         signal.signal(signal.SIGHUP, _raise_interrupt)
@@ -800,6 +845,7 @@ def main(argv: list[str] | None = None) -> int:
             "heartbeat_ms": args.heartbeat_ms,
             "max_poll_ms": args.max_poll_ms,
             "repeat": args.repeat,
+            "seed": args.seed,
             "idle_session_ms": args.idle_session_ms,
             "idle_heartbeat_ms": args.idle_heartbeat_ms,
             "idle_window_s": args.idle_window,
@@ -839,6 +885,7 @@ def main(argv: list[str] | None = None) -> int:
             deadline=args.deadline,
             settle=args.settle,
             log_level=args.log_level,
+            seed=args.seed,
         )
         if not args.skip_churn:
             bench = ChurnBench(fleet, broker, settings, log)
@@ -887,21 +934,7 @@ def main(argv: list[str] | None = None) -> int:
             fleet.stop_all()
         broker.close()
 
-    s = results["meta"]
-    if results["churn"]:
-        print(
-            f"\nMembership on {args.broker}: {s['members']} members, {s['partitions']} partitions, "
-            f"session {s['session_ms']} ms, heartbeat {s['heartbeat_ms']} ms, range; "
-            f"median of {args.repeat} run(s) (join: {2 * args.repeat} samples)"
-        )
-        print(churn_table(results["churn"]))
-    if results["idle"]:
-        print(
-            f"\nIdle members on {args.broker}: one process per row, each member alone in its "
-            f"own group, heartbeat {args.idle_heartbeat_ms} ms, session {args.idle_session_ms} ms, "
-            f"window {args.idle_window:.0f} s"
-        )
-        print(idle_table(results["idle"]))
+    print_tables(results)
     print(f"\nmember logs: {log_dir}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
