@@ -143,6 +143,8 @@ class GroupMember:
         self._coord_for: Coordinator | None = None
         self._coord_lock = asyncio.Lock()
         self._closing_conns: set[asyncio.Future[Any]] = set()
+        #: Called with (event name, fields) for every core event (kgroup.testing uses it).
+        self._observers: list[Callable[[str, dict[str, Any]], None]] = []
 
     # -- public state ----------------------------------------------------------------------------
 
@@ -242,7 +244,14 @@ class GroupMember:
 
     def _on_core_event(self, event: str, **fields: Any) -> None:
         log_core_event(event, **fields)
-        if event in ("member.rejoin_requested", "member.fatal_error", "member.state_changed"):
+        for observer in self._observers:
+            observer(event, fields)
+        if event in (
+            "member.rejoin_requested",
+            "member.fatal_error",
+            "member.state_changed",
+            "member.lease_expired",
+        ):
             self._poll_wake.set()
         if event == "member.coordinator_lost":
             # Spec §4.0.3: the core forgot the coordinator first; now drop the connection so

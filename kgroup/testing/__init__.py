@@ -18,8 +18,10 @@ fixtures ``kafka_broker``, ``tansu_broker``, ``broker`` (both, parametrised),
 install; the fixtures skip on it, or fail when the ``CI`` environment variable is set.
 """
 
+from ._invariants import Hold, OwnershipLog, OwnershipViolation
 from ._java import JavaMember, JavaMemberError
 from ._kafka import KAFKA_VERSION, KafkaBroker, cache_root, kafka_classpath, kafka_libs
+from ._members import ListenerEvent, MemberGroup, MemberRunner, covered
 from ._mock_cluster import MockCluster, MockClusterError, MockRequest
 from ._ports import (
     Broker,
@@ -35,14 +37,21 @@ __all__ = [
     "Broker",
     "BrokerStartError",
     "BrokerUnavailable",
+    "Hold",
     "JavaMember",
     "JavaMemberError",
     "KafkaBroker",
+    "ListenerEvent",
+    "MemberGroup",
+    "MemberRunner",
     "MockCluster",
     "MockClusterError",
     "MockRequest",
+    "OwnershipLog",
+    "OwnershipViolation",
     "TansuBroker",
     "cache_root",
+    "covered",
     "free_port",
     "kafka_classpath",
     "kafka_libs",

@@ -10,6 +10,7 @@ on conditions that wake on every membership change (no fixed sleeps).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from .._config import GroupConfig
 from .._core._consumer_protocol import TopicPartition
 from .._core._state import MemberState
 from .._runtime._member import GroupMember
+from ._invariants import OwnershipLog
 
 __all__ = ["ListenerEvent", "MemberGroup", "MemberRunner", "covered"]
 
@@ -39,17 +41,24 @@ class _RecordingListener:
 
     async def _record(self, callback: str, partitions: frozenset[TopicPartition]) -> None:
         runner = self._runner
-        runner.events.append(
-            ListenerEvent(
-                time.monotonic(), callback, partitions, runner.member.generation.generation_id
-            )
-        )
+        generation = runner.member.generation.generation_id
+        now = time.monotonic()
+        runner.events.append(ListenerEvent(now, callback, partitions, generation))
+        ownership = runner.group.ownership
+        if callback == "on_partitions_assigned":
+            ownership.assigned(runner.name, partitions, generation, now)
+        elif callback == "on_partitions_lost":
+            ownership.lost(runner.name, partitions, now)
         runner.group.notify()
-        hook = runner.hooks.get(callback)
-        if hook is not None:
-            result = hook(partitions)
-            if result is not None:
-                await result
+        try:
+            for target in (runner.hooks.get(callback), getattr(runner.listener, callback, None)):
+                if target is not None:
+                    result = target(partitions)
+                    if inspect.isawaitable(result):
+                        await result
+        finally:
+            if callback == "on_partitions_revoked":
+                ownership.revoked(runner.name, partitions, time.monotonic())
 
     async def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
         await self._record("on_partitions_assigned", partitions)
@@ -78,6 +87,7 @@ class MemberRunner:
         poll_timeout: float = 0.5,
         stop_on_error: bool = False,
         hooks: dict[str, Hook] | None = None,
+        listener: object | None = None,
     ) -> None:
         self.group = group
         self.name = name
@@ -85,9 +95,13 @@ class MemberRunner:
         self.poll_timeout = poll_timeout
         self.stop_on_error = stop_on_error
         self.hooks: dict[str, Hook] = dict(hooks or {})
+        #: The application's own RebalanceListener (any subset of its methods, sync or
+        #: async); called after the recording, inside the same callback.
+        self.listener = listener
         self.events: list[ListenerEvent] = []
         self.errors: list[BaseException] = []
         self.member = GroupMember(config, listener=_RecordingListener(self))
+        self.member._observers.append(self._on_member_event)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -133,21 +147,38 @@ class MemberRunner:
     async def close(self) -> None:
         await self.pause()
         await self.member.close()
+        self.group.ownership.died(self.name, time.monotonic())
         self.group.notify()
 
     async def crash(self) -> None:
         """Die without a word: no callbacks, no LeaveGroup."""
         await self.pause()
+        self.group.ownership.died(self.name, time.monotonic())
         await self.member.abort()
         self.group.notify()
+
+    def _on_member_event(self, event: str, fields: dict[str, Any]) -> None:
+        if event == "member.lease_expired":
+            # The core's clock is the event loop's, in ms; time.monotonic() is the same clock.
+            deadline_ms = fields.get("deadline")
+            if isinstance(deadline_ms, int | float):
+                self.group.ownership.lease_expired(self.name, float(deadline_ms) / 1000.0)
+            self.group.notify()
 
 
 class MemberGroup:
     """Owns MemberRunners; closes all of them on exit. ``wait_until`` re-checks its
-    condition whenever any member reports progress (and at least every 50 ms)."""
+    condition whenever any member reports progress (and at least every 50 ms).
 
-    def __init__(self) -> None:
+    On a clean exit it also checks :attr:`ownership`: no partition may have been held by
+    two members at the same time (``check_ownership=False`` turns that off)."""
+
+    def __init__(self, *, check_ownership: bool = True) -> None:
+        self.check_ownership = check_ownership
         self.runners: list[MemberRunner] = []
+        #: Every member's holds of every partition; ``ownership.check()`` asserts that no
+        #: partition was held by two members at once.
+        self.ownership = OwnershipLog()
         self._changed = asyncio.Event()
         self._count = 0
 
@@ -183,6 +214,32 @@ class MemberGroup:
                 pass
         return time.monotonic() - start
 
+    @property
+    def live(self) -> list[MemberRunner]:
+        """The runners whose member is neither closed nor crashed."""
+        return [r for r in self.runners if not r.member.closed]
+
+    async def wait_stable(
+        self,
+        topic: str,
+        partitions: int,
+        *,
+        members: Iterable[MemberRunner] | None = None,
+        timeout: float = 60.0,
+    ) -> float:
+        """Wait until ``members`` (default: every live member) are all STABLE and together
+        hold each of the ``partitions`` partitions of ``topic`` exactly once; returns the
+        seconds it took."""
+        chosen = None if members is None else list(members)
+
+        def condition() -> bool:
+            return covered(self.live if chosen is None else chosen, topic, partitions)
+
+        names = "all live members" if chosen is None else ", ".join(r.name for r in chosen)
+        return await self.wait_until(
+            condition, timeout=timeout, what=f"{names} stable on {topic} ({partitions} partitions)"
+        )
+
     async def aclose(self) -> None:
         for runner in self.runners:
             await runner.close()
@@ -190,15 +247,20 @@ class MemberGroup:
     async def __aenter__(self) -> MemberGroup:
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         await self.aclose()
+        if exc_type is None and self.check_ownership:
+            self.ownership.check()
 
 
 def covered(runners: Iterable[MemberRunner], topic: str, partitions: int) -> bool:
-    """All ``runners`` are STABLE and their assignments are disjoint and cover every
-    partition of ``topic``."""
+    """All ``runners`` (at least one) are STABLE and their assignments are disjoint and
+    cover every partition of ``topic``."""
     seen: list[TopicPartition] = []
-    for runner in runners:
+    chosen = list(runners)
+    if not chosen:
+        return False
+    for runner in chosen:
         if not runner.stable:
             return False
         seen.extend(runner.assignment)

@@ -20,6 +20,12 @@ with ``-p no:kgroup``). Fixtures:
     unique name on ``broker`` (default: the broker fixture the test uses).
 ``unique_group`` (function)
     A group id unique to the test.
+``group_members`` (function, async; needs pytest-asyncio)
+    A :class:`~kgroup.testing.MemberGroup`: ``await group_members.start(config)`` starts a
+    member polling in the background; ``await group_members.wait_stable(topic, n)`` waits
+    (on events, no sleeps) until the live members hold the ``n`` partitions between them.
+    At the end of the test every member is closed and the ownership log is checked: no
+    partition may have been held by two members at once.
 
 Tests using these fixtures get the ``kafka`` / ``tansu`` / ``mock_cluster`` markers
 automatically, so ``-m "not kafka"`` deselects them. Tests marked ``slow`` are skipped
@@ -37,13 +43,19 @@ import itertools
 import os
 import re
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import pytest
 
+try:
+    import pytest_asyncio
+except ImportError:  # pragma: no cover - the async fixtures need pytest-asyncio
+    pytest_asyncio = None  # type: ignore[assignment]
+
 from ._kafka import KafkaBroker
+from ._members import MemberGroup
 from ._mock_cluster import MockCluster
 from ._ports import Broker, BrokerUnavailable
 from ._tansu import TansuBroker
@@ -310,3 +322,15 @@ def make_topic(request: pytest.FixtureRequest) -> Callable[..., str]:
 def topic_factory(make_topic: Callable[..., str]) -> Callable[..., str]:
     """Alias of :func:`make_topic`."""
     return make_topic
+
+
+# --- members -----------------------------------------------------------------------------
+
+if pytest_asyncio is not None:
+
+    @pytest_asyncio.fixture
+    async def group_members() -> AsyncIterator[MemberGroup]:
+        """A MemberGroup whose members are all closed after the test; a clean test also
+        checks that no partition was held by two members at once."""
+        async with MemberGroup() as group:
+            yield group
