@@ -1,151 +1,837 @@
-"""Faults on librdkafka's mock cluster: coordinator moves, error codes injected per API,
-authorization failures, and the coordinator's broker going down and up (spec §4, §12 A6-A10,
-B14-B16, C20-C25, E30)."""
+"""Fault injection on librdkafka's mock cluster: how kgroup reacts to each coordinator error.
+
+Spec §4.1-§4.5 (error reactions) and §12 scenarios A6-A10, B14-B16, C20-C25, E30-E31.
+Every test asserts the *specific* reaction (which request went where and when, which member
+id the next JoinGroup carried, which listener callbacks fired, whether the Generation was
+kept), not just that the group ends stable:
+
+* request tracking (broker id, API key, receive time) shows what kgroup sent;
+* kgroup's structlog events (``kgroup/_log.py``, captured with a receive time) show how the
+  member decided; ``member.join_sent`` carries the member id the JoinGroup was sent with;
+* the listener events that :class:`MemberRunner` records show what the application saw.
+
+Mock-cluster behaviour these tests rely on (librdkafka 2.16, ``rdkafka_mock_cgrp.c``):
+
+* a pushed error (``push_request_errors``) answers the next request of that API from any
+  client; the real request is not processed, so the member is not marked active;
+* a rebalance of a non-empty group waits ``session_timeout_ms - 1000`` (5 s here) for the
+  members, whoever triggered it; only the first one of an *empty* group uses
+  ``group.initial.rebalance.delay.ms``;
+* a member that gets UNKNOWN_MEMBER_ID *injected* is not gone on the mock: its old id stays
+  in the group (a ghost, possibly elected leader, possibly given partitions) until the mock's
+  session timer (checked every second) drops it, which costs one more rebalance;
+* heartbeats to a broker that is no longer the coordinator get NOT_COORDINATOR by
+  themselves; a broker set down refuses connections (its port stays bound).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import structlog
 
-from kgroup import GroupAuthorizationFailed, GroupConfig
-from kgroup.testing import MockCluster
+from kgroup import GroupAuthorizationFailed, GroupConfig, GroupMember, MemberState
+from kgroup.testing import MockCluster, MockRequest
 from kgroup.testing._members import MemberGroup, MemberRunner, covered
 
-FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, SYNC_GROUP = 10, 11, 12, 14
-NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS = 16, 15, 14
-REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID = 27, 22, 25
+FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
+COORDINATOR_APIS = (JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP)
+
+COORDINATOR_LOAD_IN_PROGRESS = 14
+COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
+ILLEGAL_GENERATION = 22
+UNKNOWN_MEMBER_ID = 25
+REBALANCE_IN_PROGRESS = 27
 GROUP_AUTHORIZATION_FAILED = 30
+
+NAMES = {
+    COORDINATOR_LOAD_IN_PROGRESS: "COORDINATOR_LOAD_IN_PROGRESS",
+    COORDINATOR_NOT_AVAILABLE: "COORDINATOR_NOT_AVAILABLE",
+    NOT_COORDINATOR: "NOT_COORDINATOR",
+    ILLEGAL_GENERATION: "ILLEGAL_GENERATION",
+    UNKNOWN_MEMBER_ID: "UNKNOWN_MEMBER_ID",
+    REBALANCE_IN_PROGRESS: "REBALANCE_IN_PROGRESS",
+}
+
 SESSION_MS = 6_000
+HEARTBEAT_MS = 500
+# Join/sync tests: every case costs one or two mock rebalances of SESSION_MS - 1000 each
+# and nothing in them depends on the session length, so they use a shorter session.
+REJOIN_SESSION_MS = 3_000
+# Join/sync tests: a backoff long enough that "retried after retry_backoff_ms" and
+# "retried at once" cannot be confused on a loaded machine.
+SLOW_BACKOFF_MS = 1_000
+# A rebalance on the mock waits SESSION_MS - 1000; the ghost cases add a session expiry
+# and a second rebalance. Deadlines are generous multiples of that.
+DEADLINE = 60.0
 
 
-def cfg(cluster: MockCluster, group: str, topic: str, **kw: Any) -> GroupConfig:
-    values: dict[str, Any] = dict(
-        bootstrap_servers=cluster.bootstrap,
-        group_id=group,
-        topics=[topic],
-        session_timeout_ms=SESSION_MS,
-        heartbeat_interval_ms=300,
-        request_timeout_ms=5_000,
-    )
-    values.update(kw)
+def config(cluster: MockCluster, group: str, topic: str, **overrides: Any) -> GroupConfig:
+    values: dict[str, Any] = {
+        "bootstrap_servers": cluster.bootstrap,
+        "group_id": group,
+        "topics": [topic],
+        "session_timeout_ms": SESSION_MS,
+        "heartbeat_interval_ms": HEARTBEAT_MS,
+        "max_poll_interval_ms": 30_000,
+        "request_timeout_ms": 10_000,
+    }
+    values.update(overrides)
     return GroupConfig(**values)
 
 
-def coordinator_id(runner: MemberRunner) -> int | None:
-    core = runner.member._core
-    return None if core is None or core.coordinator is None else core.coordinator.node_id
+# --- what kgroup logged --------------------------------------------------------------------
 
 
-def callbacks(runner: MemberRunner, since: int = 0) -> list[str]:
+def _stamp(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    event_dict["at"] = time.monotonic()
+    return event_dict
+
+
+@dataclass
+class Logs:
+    """kgroup's structlog events, each with ``at`` (time.monotonic() when logged)."""
+
+    entries: list[dict[str, Any]]
+
+    def find(self, event: str, *, since: float = 0.0, **fields: Any) -> list[dict[str, Any]]:
+        return [
+            e
+            for e in self.entries
+            if e["event"] == event
+            and e["at"] >= since
+            and all(e.get(key) == value for key, value in fields.items())
+        ]
+
+    def has(self, event: str, *, since: float = 0.0, **fields: Any) -> bool:
+        return bool(self.find(event, since=since, **fields))
+
+
+@pytest.fixture
+def logs() -> Iterator[Logs]:
+    with structlog.testing.capture_logs(processors=[_stamp]) as entries:
+        yield Logs(entries)
+
+
+# --- what the mock cluster received --------------------------------------------------------
+
+
+def coordinator_broker(cluster: MockCluster, since_us: int = 0) -> int:
+    """The broker id the group's coordinator requests (JoinGroup, SyncGroup, Heartbeat)
+    went to most recently: the coordinator, when the group is stable. Needs request
+    tracking on and one group per test."""
+    requests = [r for r in cluster.requests(COORDINATOR_APIS) if r.timestamp_us >= since_us]
+    assert requests, "no coordinator request tracked yet"
+    return requests[-1].broker_id
+
+
+def now_us() -> int:
+    """The clock of MockRequest.timestamp_us (librdkafka's rd_clock: CLOCK_MONOTONIC, µs)."""
+    return time.monotonic_ns() // 1_000
+
+
+def tracked(cluster: MockCluster, *api_keys: int, since_us: int = 0) -> list[MockRequest]:
+    return [r for r in cluster.requests(api_keys) if r.timestamp_us >= since_us]
+
+
+# --- groups -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    generation: int
+    member_id: str
+    assignment: frozenset[Any]
+    events: int
+    rebalances: int
+
+
+def snapshot(runner: MemberRunner) -> Snapshot:
+    member = runner.member
+    return Snapshot(
+        member.generation.generation_id,
+        member.member_id,
+        member.assignment,
+        len(runner.events),
+        member.stats()["rebalances"],
+    )
+
+
+async def stable_group(
+    group: MemberGroup, cluster: MockCluster, cfg: GroupConfig, topic: str, partitions: int, n: int
+) -> list[MemberRunner]:
+    """``n`` members that joined one generation together and cover ``topic``."""
+    if n > 1:
+        # The first member of an empty group waits this long for the others (else the
+        # second one's join costs a full 5 s mock rebalance).
+        cluster.set_group_initial_rebalance_delay_ms(1_000)
+    runners = [await group.start(cfg) for _ in range(n)]
+    await group.wait_until(
+        lambda: covered(runners, topic, partitions), timeout=DEADLINE, what=f"{n} stable"
+    )
+    assert all(r.assignment for r in runners)
+    return runners
+
+
+def by_member_id(runners: list[MemberRunner], before: dict[str, Snapshot], member_id: str) -> int:
+    """Index of the runner whose member id was ``member_id`` when ``before`` was taken."""
+    (index,) = [i for i, r in enumerate(runners) if before[r.name].member_id == member_id]
+    return index
+
+
+def callbacks(runner: MemberRunner, since: int) -> list[str]:
     return [e.callback for e in runner.events[since:]]
 
 
-async def stable_member(
-    group: MemberGroup, cluster: MockCluster, unique_group: str, topic: str, **kw: Any
-) -> MemberRunner:
-    runner = await group.start(cfg(cluster, unique_group, topic, **kw))
-    await group.wait_until(lambda: covered([runner], topic, 4), timeout=30, what="stable")
-    return runner
+# --- 1. E30: coordinator moves while STABLE ------------------------------------------------
 
 
-async def heartbeats_after(
-    group: MemberGroup, cluster: MockCluster, count: int, broker_id: int | None = None
+async def test_coordinator_move_while_stable_keeps_the_generation(
+    mock_cluster: MockCluster, make_topic: Callable[..., str], unique_group: str, logs: Logs
 ) -> None:
-    """Wait until ``count`` more heartbeats (to ``broker_id`` if given) were received."""
-
-    def seen() -> int:
-        return sum(
-            1
-            for r in cluster.requests([HEARTBEAT])
-            if broker_id is None or r.broker_id == broker_id
-        )
-
-    target = seen() + count
-    await group.wait_until(lambda: seen() >= target, timeout=30, what=f"{count} heartbeats")
-
-
-async def test_coordinator_moved_while_stable_keeps_the_generation(
-    mock_cluster: MockCluster, make_topic: Callable[..., str], unique_group: str
-) -> None:
-    """E30: heartbeats follow the coordinator to its new broker; no JoinGroup, no callbacks."""
-    topic = make_topic(4, broker=mock_cluster)
+    topic = make_topic(4)
+    mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        a = await group.start(cfg(mock_cluster, unique_group, topic))
-        b = await group.start(cfg(mock_cluster, unique_group, topic))
-        await group.wait_until(lambda: covered([a, b], topic, 4), timeout=30, what="stable")
-        generations = [(r.member.generation, len(r.events)) for r in (a, b)]
-        old = coordinator_id(a)
-        new = next(i for i in mock_cluster.broker_ids if i != old)
-        mock_cluster.start_request_tracking()
+        cfg = config(mock_cluster, unique_group, topic)
+        runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
+        old = coordinator_broker(mock_cluster)
+        assert all(e["node_id"] == old for e in logs.find("member.coordinator_found"))
+        new = next(b for b in mock_cluster.broker_ids if b != old)
+        before = {r.name: snapshot(r) for r in runners}
+        ids = {before[r.name].member_id for r in runners}
+
+        moved_at, moved_us = time.monotonic(), now_us()
         mock_cluster.set_coordinator(unique_group, new)
+
+        def followed(runner: MemberRunner) -> bool:
+            member_id = before[runner.name].member_id
+            found = logs.find("member.coordinator_found", since=moved_at, member_id=member_id)
+            return bool(found) and any(
+                e["at"] > found[-1]["at"]
+                for e in logs.find("member.heartbeat_ok", since=moved_at, member_id=member_id)
+            )
+
         await group.wait_until(
-            lambda: coordinator_id(a) == new and coordinator_id(b) == new,
-            timeout=30,
-            what="both follow the coordinator",
+            lambda: (
+                all(followed(r) for r in runners)
+                and len(tracked(mock_cluster, HEARTBEAT, since_us=moved_us)) >= 8
+            ),
+            timeout=DEADLINE,
+            what="both members heartbeating to the new coordinator",
         )
-        await heartbeats_after(group, mock_cluster, 4, broker_id=new)
-        assert [(r.member.generation, len(r.events)) for r in (a, b)] == generations
-        assert not mock_cluster.requests([JOIN_GROUP, SYNC_GROUP])
-        assert not a.errors and not b.errors
+
+        # The old coordinator answered one heartbeat of each member NOT_COORDINATOR by
+        # itself; each member rediscovered once and heartbeats only to the new one since.
+        for member_id in ids:
+            failed = logs.find("member.heartbeat_failed", since=moved_at, member_id=member_id)
+            assert [e["error"] for e in failed] == ["NOT_COORDINATOR (16)"]
+            found = logs.find("member.coordinator_found", since=moved_at, member_id=member_id)
+            assert [e["node_id"] for e in found] == [new]
+        heartbeats = tracked(mock_cluster, HEARTBEAT, since_us=moved_us)
+        assert len([r for r in heartbeats if r.broker_id == old]) == len(ids)
+        assert {r.broker_id for r in heartbeats} == {old, new}
+        assert heartbeats[-1].broker_id == new
+        assert len(tracked(mock_cluster, FIND_COORDINATOR, since_us=moved_us)) == len(ids)
+        # No rebalance: no JoinGroup/SyncGroup, same Generation and member id, no callback.
+        assert tracked(mock_cluster, JOIN_GROUP, SYNC_GROUP, since_us=moved_us) == []
+        assert not logs.has("member.join_sent", since=moved_at)
+        assert {r.name: snapshot(r) for r in runners} == before
+        assert all(r.stable for r in runners)
+        assert coordinator_broker(mock_cluster) == new
+        assert not any(r.errors for r in runners)
 
 
-@pytest.mark.parametrize(
-    ("code", "outcome"),
-    [
-        (NOT_COORDINATOR, "kept"),
-        (COORDINATOR_NOT_AVAILABLE, "kept"),
-        (REBALANCE_IN_PROGRESS, "rejoined"),
-        (ILLEGAL_GENERATION, "lost, same member id"),
-        (UNKNOWN_MEMBER_ID, "lost, new member id"),
-    ],
-)
-async def test_injected_heartbeat_errors(
+# --- 2. Heartbeat errors (C20, C21, §4.4) --------------------------------------------------
+
+
+async def inject_heartbeat_error(
+    group: MemberGroup,
+    cluster: MockCluster,
+    logs: Logs,
+    runners: list[MemberRunner],
+    code: int,
+) -> tuple[int, dict[str, Snapshot], float, int]:
+    """Push ``code`` for the next Heartbeat; return the index of the member that got it,
+    the snapshots from before, and when (monotonic s, tracking µs) it was pushed."""
+    before = {r.name: snapshot(r) for r in runners}
+    mark, mark_us = time.monotonic(), now_us()
+    cluster.push_request_errors(HEARTBEAT, code)
+    name = NAMES[code]
+    if code == REBALANCE_IN_PROGRESS:
+        # Not a failure (§4.4): the first rejoin request after the push is the victim's.
+        def hit() -> list[dict[str, Any]]:
+            return logs.find(
+                "member.rejoin_requested", since=mark, reason="group is already rebalancing"
+            )
+    else:
+
+        def hit() -> list[dict[str, Any]]:
+            return [
+                e
+                for e in logs.find("member.heartbeat_failed", since=mark)
+                if e["error"].startswith(name)
+            ]
+
+    await group.wait_until(lambda: bool(hit()), timeout=30, what=f"a heartbeat answered {name}")
+    victim = by_member_id(runners, before, hit()[0]["member_id"])
+    return victim, before, mark, mark_us
+
+
+@pytest.mark.parametrize("code", [NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE], ids=NAMES.get)
+async def test_heartbeat_coordinator_error_rediscovers_without_rebalance(
+    code: int,
     mock_cluster: MockCluster,
     make_topic: Callable[..., str],
     unique_group: str,
-    code: int,
-    outcome: str,
+    logs: Logs,
 ) -> None:
-    """§4.4 / C20-C21: each heartbeat error gets its reaction; nothing reaches poll()."""
-    topic = make_topic(4, broker=mock_cluster)
+    topic = make_topic(4)
+    mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        member = await stable_member(group, mock_cluster, unique_group, topic)
-        generation, member_id, seen = (
-            member.member.generation,
-            member.member.member_id,
-            len(member.events),
+        cfg = config(mock_cluster, unique_group, topic)
+        runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
+        coordinator = coordinator_broker(mock_cluster)
+        victim, before, mark, mark_us = await inject_heartbeat_error(
+            group, mock_cluster, logs, runners, code
         )
-        mock_cluster.start_request_tracking()
-        mock_cluster.push_request_errors(HEARTBEAT, code)
-        if outcome == "kept":
-            await heartbeats_after(group, mock_cluster, 4)
-            assert member.member.generation == generation
-            assert callbacks(member, seen) == []
-            assert not mock_cluster.requests([JOIN_GROUP])
+        member_id = before[runners[victim].name].member_id
+        # Coordinator marked unknown, rediscovered (the same broker: it did not move), and
+        # heartbeats resume in the same Generation.
+        await group.wait_until(
+            lambda: (
+                logs.has("member.coordinator_found", since=mark, member_id=member_id)
+                and any(
+                    e["at"] > logs.find("member.coordinator_found", since=mark)[-1]["at"]
+                    for e in logs.find("member.heartbeat_ok", since=mark, member_id=member_id)
+                )
+            ),
+            timeout=30,
+            what="rediscovered and heartbeating",
+        )
+        assert logs.has("member.coordinator_lost", since=mark, member_id=member_id)
+        assert tracked(mock_cluster, FIND_COORDINATOR, since_us=mark_us)
+        assert {r.broker_id for r in tracked(mock_cluster, HEARTBEAT, since_us=mark_us)} == {
+            coordinator
+        }
+        assert tracked(mock_cluster, JOIN_GROUP, SYNC_GROUP, since_us=mark_us) == []
+        assert not logs.has("member.join_sent", since=mark)
+        assert not logs.has("member.rejoin_requested", since=mark)
+        assert {r.name: snapshot(r) for r in runners} == before
+        assert all(r.stable for r in runners)
+        assert not any(r.errors for r in runners)
+
+
+async def test_heartbeat_rebalance_in_progress_rejoins_with_the_same_member_id(
+    mock_cluster: MockCluster, make_topic: Callable[..., str], unique_group: str, logs: Logs
+) -> None:
+    topic = make_topic(4)
+    mock_cluster.start_request_tracking()
+    async with MemberGroup() as group:
+        cfg = config(mock_cluster, unique_group, topic)
+        runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
+        victim, before, mark, mark_us = await inject_heartbeat_error(
+            group, mock_cluster, logs, runners, REBALANCE_IN_PROGRESS
+        )
+        runner = runners[victim]
+        old = before[runner.name]
+        await group.wait_until(
+            lambda: (
+                covered(runners, topic, 4)
+                and all(r.member.generation.generation_id > old.generation for r in runners)
+            ),
+            timeout=DEADLINE,
+            what="a new generation, covered",
+        )
+        # C20: the next JoinGroup comes from the victim, with its member id and the reason.
+        joins = logs.find("member.join_sent", since=mark)
+        assert joins[0]["member_id"] == old.member_id
+        assert joins[0]["reason"] == "group is already rebalancing"
+        assert tracked(mock_cluster, JOIN_GROUP, since_us=mark_us)
+        assert not any(
+            e["error"].startswith("REBALANCE") for e in logs.find("member.heartbeat_failed")
+        ), "REBALANCE_IN_PROGRESS counts as a successful heartbeat"
+        # Not a reset: the Generation was kept until the rejoin; eager revoke, no lost.
+        assert not logs.has("member.state_changed", since=mark, new="UNJOINED")
+        for r in runners:
+            assert r.member.member_id == before[r.name].member_id
+            assert callbacks(r, before[r.name].events) == [
+                "on_partitions_revoked",
+                "on_partitions_assigned",
+            ]
+            assert r.events[before[r.name].events].partitions == before[r.name].assignment
+        assert not any(r.errors for r in runners)
+
+
+@pytest.mark.parametrize("code", [ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID], ids=NAMES.get)
+async def test_heartbeat_generation_error_reports_lost_and_rejoins(
+    code: int,
+    mock_cluster: MockCluster,
+    make_topic: Callable[..., str],
+    unique_group: str,
+    logs: Logs,
+) -> None:
+    """C21 (and its UNKNOWN_MEMBER_ID twin): the Generation is reset, the owned partitions
+    are reported *lost* (not revoked) and the member rejoins, keeping its member id only
+    for ILLEGAL_GENERATION."""
+    topic = make_topic(4)
+    mock_cluster.start_request_tracking()
+    async with MemberGroup() as group:
+        cfg = config(mock_cluster, unique_group, topic)
+        runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
+        victim, before, mark, mark_us = await inject_heartbeat_error(
+            group, mock_cluster, logs, runners, code
+        )
+        runner, other = runners[victim], runners[1 - victim]
+        old = before[runner.name]
+        keeps_id = code == ILLEGAL_GENERATION
+        reset = logs.find("member.state_changed", since=mark, new="UNJOINED")
+        assert reset and reset[0]["reason"] == f"encountered {NAMES[code]} from Heartbeat response"
+        assert reset[0]["member_id"] == (old.member_id if keeps_id else "")
+        await group.wait_until(
+            lambda: (
+                covered(runners, topic, 4)
+                and all(r.member.generation.generation_id > old.generation for r in runners)
+            ),
+            timeout=DEADLINE,
+            what="rejoined, covered",
+        )
+        # The victim: lost (all it owned), then a JoinGroup with the old id or "".
+        assert callbacks(runner, old.events)[:2] == [
+            "on_partitions_lost",
+            "on_partitions_assigned",
+        ]
+        assert runner.events[old.events].partitions == old.assignment
+        joins = [
+            e
+            for e in logs.find("member.join_sent", since=mark)
+            if e["member_id"] in (old.member_id, "")
+        ]
+        assert joins[0]["member_id"] == (old.member_id if keeps_id else "")
+        if keeps_id:
+            assert runner.member.member_id == old.member_id
         else:
-            await group.wait_until(
-                lambda: len(member.events) > seen + 1 and covered([member], topic, 4),
-                timeout=30,
-                what="rejoined",
-            )
-            assert mock_cluster.requests([JOIN_GROUP])
-            if outcome == "rejoined":
-                assert callbacks(member, seen)[:2] == [
-                    "on_partitions_revoked",
-                    "on_partitions_assigned",
-                ]
-                assert member.member.member_id == member_id
-            else:
-                assert callbacks(member, seen)[:2] == [
-                    "on_partitions_lost",
-                    "on_partitions_assigned",
-                ]
-                same = member.member.member_id == member_id
-                assert same is (outcome == "lost, same member id")
-        assert not member.errors
+            assert runner.member.member_id not in ("", old.member_id)
+        # The other member only saw a rebalance: revoked (eager), never lost.
+        assert "on_partitions_lost" not in callbacks(other, before[other.name].events)
+        assert other.member.member_id == before[other.name].member_id
+        assert tracked(mock_cluster, JOIN_GROUP, since_us=mark_us)
+        assert not any(r.errors for r in runners)
+
+
+# --- 3. JoinGroup errors (A7-A9, §4.2) -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JoinReaction:
+    same_member_id: bool  # the retry carries the old member id (else "")
+    rediscovers: bool  # coordinator marked unknown, FindCoordinator before the retry
+    backs_off: bool  # the retry waits retry_backoff_ms
+
+
+JOIN_REACTIONS = {
+    COORDINATOR_LOAD_IN_PROGRESS: JoinReaction(True, False, True),  # A7
+    NOT_COORDINATOR: JoinReaction(True, True, True),  # A8
+    COORDINATOR_NOT_AVAILABLE: JoinReaction(True, True, True),  # A8
+    REBALANCE_IN_PROGRESS: JoinReaction(True, False, False),
+    UNKNOWN_MEMBER_ID: JoinReaction(False, False, False),  # A9
+}
+
+
+@pytest.mark.parametrize("code", list(JOIN_REACTIONS), ids=NAMES.get)
+async def test_join_group_error_on_rejoin(
+    code: int,
+    mock_cluster: MockCluster,
+    make_topic: Callable[..., str],
+    unique_group: str,
+    logs: Logs,
+) -> None:
+    """A stable member is told to rejoin (heartbeat REBALANCE_IN_PROGRESS) and its
+    JoinGroup, sent with its member id, gets ``code``."""
+    expected = JOIN_REACTIONS[code]
+    topic = make_topic(3)
+    mock_cluster.start_request_tracking()
+    async with MemberGroup() as group:
+        cfg = config(
+            mock_cluster,
+            unique_group,
+            topic,
+            session_timeout_ms=REJOIN_SESSION_MS,
+            retry_backoff_ms=SLOW_BACKOFF_MS,
+            retry_backoff_max_ms=2 * SLOW_BACKOFF_MS,
+        )
+        (runner,) = await stable_group(group, mock_cluster, cfg, topic, 3, 1)
+        old = snapshot(runner)
+        mark, mark_us = time.monotonic(), now_us()
+        mock_cluster.push_request_errors(JOIN_GROUP, code)
+        mock_cluster.push_request_errors(HEARTBEAT, REBALANCE_IN_PROGRESS)
+        await group.wait_until(
+            lambda: (
+                covered([runner], topic, 3)
+                and runner.member.generation.generation_id > old.generation
+            ),
+            timeout=DEADLINE,
+            what="rejoined, covered",
+        )
+        joins = logs.find("member.join_sent", since=mark)
+        assert [e["member_id"] for e in joins[:2]] == [
+            old.member_id,
+            old.member_id if expected.same_member_id else "",
+        ]
+        requests = tracked(mock_cluster, JOIN_GROUP, FIND_COORDINATOR, since_us=mark_us)
+        join_at = [i for i, r in enumerate(requests) if r.api_key == JOIN_GROUP]
+        first, second = requests[join_at[0]], requests[join_at[1]]
+        between = requests[join_at[0] + 1 : join_at[1]]
+        lost_coordinator = logs.has("member.coordinator_lost", since=mark)
+        assert lost_coordinator is expected.rediscovers
+        assert any(r.api_key == FIND_COORDINATOR for r in between) is expected.rediscovers
+        gap_ms = (second.timestamp_us - first.timestamp_us) / 1000
+        if expected.backs_off:
+            assert gap_ms >= 0.9 * SLOW_BACKOFF_MS, f"retried after {gap_ms:.0f} ms"
+        else:
+            assert gap_ms < 0.5 * SLOW_BACKOFF_MS, f"retried after {gap_ms:.0f} ms"
+        # Eager: the rejoin revoked everything once; the failed JoinGroup changed nothing
+        # the application sees.
+        assert callbacks(runner, old.events) == ["on_partitions_revoked", "on_partitions_assigned"]
+        if expected.same_member_id:
+            assert runner.member.member_id == old.member_id
+        else:
+            assert runner.member.member_id not in ("", old.member_id)
+        assert runner.errors == []
+
+
+# --- 4. SyncGroup errors (B14, B15, §4.3) --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyncReaction:
+    same_member_id: bool  # the next JoinGroup carries the member id (else "")
+    resets: bool  # the Generation is reset (state UNJOINED)
+    rediscovers: bool
+    backs_off: bool
+
+
+SYNC_REACTIONS = {
+    REBALANCE_IN_PROGRESS: SyncReaction(True, False, False, False),  # B14
+    ILLEGAL_GENERATION: SyncReaction(True, True, False, False),  # B15
+    UNKNOWN_MEMBER_ID: SyncReaction(False, True, False, False),  # B15
+    NOT_COORDINATOR: SyncReaction(True, False, True, True),
+}
+
+
+@pytest.mark.parametrize("code", list(SYNC_REACTIONS), ids=NAMES.get)
+async def test_sync_group_error_restarts_from_join_group(
+    code: int,
+    mock_cluster: MockCluster,
+    make_topic: Callable[..., str],
+    unique_group: str,
+    logs: Logs,
+) -> None:
+    """The first SyncGroup of a new member gets ``code``; the member restarts from
+    JoinGroup and ends stable without the application seeing anything but one assign."""
+    expected = SYNC_REACTIONS[code]
+    topic = make_topic(3)
+    mock_cluster.start_request_tracking()
+    mock_cluster.push_request_errors(SYNC_GROUP, code)
+    async with MemberGroup() as group:
+        cfg = config(
+            mock_cluster,
+            unique_group,
+            topic,
+            session_timeout_ms=REJOIN_SESSION_MS,
+            retry_backoff_ms=SLOW_BACKOFF_MS,
+            retry_backoff_max_ms=2 * SLOW_BACKOFF_MS,
+        )
+        runner = await group.start(cfg)
+        await group.wait_until(lambda: covered([runner], topic, 3), timeout=DEADLINE, what="stable")
+        joined = logs.find("member.joined")
+        first_id = joined[0]["member_id"]
+        assert first_id
+        joins = logs.find("member.join_sent")
+        assert [e["member_id"] for e in joins[:2]] == [
+            "",
+            first_id if expected.same_member_id else "",
+        ]
+        resets = [e for e in logs.find("member.state_changed") if e["new"] == "UNJOINED"]
+        assert bool(resets) is expected.resets
+        if expected.resets:
+            assert resets[0]["reason"] == f"SyncGroup: {NAMES[code]}"
+        assert logs.has("member.coordinator_lost") is expected.rediscovers
+        # After the failed SyncGroup the member restarts from JoinGroup, never SyncGroup.
+        requests = tracked(mock_cluster, FIND_COORDINATOR, JOIN_GROUP, SYNC_GROUP)
+        sync_at = next(i for i, r in enumerate(requests) if r.api_key == SYNC_GROUP)
+        after = [r for r in requests[sync_at + 1 :] if r.api_key != FIND_COORDINATOR]
+        assert after[0].api_key == JOIN_GROUP
+        between = requests[sync_at + 1 : requests.index(after[0])]
+        assert any(r.api_key == FIND_COORDINATOR for r in between) is expected.rediscovers
+        gap_ms = (after[0].timestamp_us - requests[sync_at].timestamp_us) / 1000
+        if expected.backs_off:
+            assert gap_ms >= 0.9 * SLOW_BACKOFF_MS, f"rejoined after {gap_ms:.0f} ms"
+        else:
+            assert gap_ms < 0.5 * SLOW_BACKOFF_MS, f"rejoined after {gap_ms:.0f} ms"
+        assert [e.callback for e in runner.events] == ["on_partitions_assigned"]
+        if expected.same_member_id:
+            assert runner.member.member_id == first_id
+        else:
+            assert runner.member.member_id not in ("", first_id)
+        assert runner.errors == []
+
+
+# --- 5. GROUP_AUTHORIZATION_FAILED (A6, A10) -----------------------------------------------
+
+
+async def test_join_group_authorization_failure_is_raised_from_poll(
+    mock_cluster: MockCluster, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    topic = make_topic(2)
+    mock_cluster.start_request_tracking()
+    mock_cluster.push_request_errors(JOIN_GROUP, GROUP_AUTHORIZATION_FAILED)
+    async with GroupMember(config(mock_cluster, unique_group, topic)) as member:
+        with pytest.raises(GroupAuthorizationFailed) as raised:
+            await member.poll(timeout=30)
+        assert raised.value.api == "JoinGroup"
+        assert member.state is MemberState.UNJOINED
+        assert len(tracked(mock_cluster, JOIN_GROUP)) == 1
+        # A10: nothing more is sent until the application polls again.
+        await asyncio.sleep(0.3)
+        assert len(tracked(mock_cluster, JOIN_GROUP)) == 1
+        assignment = await member.poll(timeout=30)  # the pushed error is used up
+        assert member.state is MemberState.STABLE
+        assert len(assignment) == 2
+
+
+async def test_find_coordinator_authorization_failure_is_raised_without_join(
+    mock_cluster: MockCluster, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    topic = make_topic(2)
+    mock_cluster.start_request_tracking()
+    mock_cluster.push_request_errors(FIND_COORDINATOR, GROUP_AUTHORIZATION_FAILED)
+    async with GroupMember(config(mock_cluster, unique_group, topic)) as member:
+        with pytest.raises(GroupAuthorizationFailed) as raised:
+            await member.poll(timeout=30)
+        assert raised.value.api == "FindCoordinator"
+        await asyncio.sleep(0.3)
+        # A6: no JoinGroup attempt (nor any other coordinator request).
+        assert len(tracked(mock_cluster, FIND_COORDINATOR)) == 1
+        assert tracked(mock_cluster, *COORDINATOR_APIS) == []
+        assert member.state is MemberState.UNJOINED
+        assert len(await member.poll(timeout=30)) == 2  # polling again recovers
+        assert member.state is MemberState.STABLE
+
+
+# --- 6. The coordinator broker goes down and comes back (C24, C25, E31-ish, E32) ----------
+
+
+async def test_short_coordinator_outage_keeps_the_generation(
+    mock_cluster: MockCluster, make_topic: Callable[..., str], unique_group: str, logs: Logs
+) -> None:
+    topic = make_topic(4)
+    mock_cluster.start_request_tracking()
+    async with MemberGroup() as group:
+        cfg = config(mock_cluster, unique_group, topic)
+        runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
+        coordinator = coordinator_broker(mock_cluster)
+        before = {r.name: snapshot(r) for r in runners}
+        ids = [before[r.name].member_id for r in runners]
+        down_at = time.monotonic()
+        mock_cluster.broker_down(coordinator)
+        # Down until every member has noticed and failed to reconnect at least twice.
+        await group.wait_until(
+            lambda: all(
+                logs.has("member.coordinator_lost", since=down_at, member_id=m)
+                and len(logs.find("member.coordinator_lookup_failed", since=down_at, member_id=m))
+                >= 2
+                for m in ids
+            ),
+            timeout=30,
+            what="both members failing to reach the coordinator",
+        )
+        # While it is down the members keep their Generation: no reset, no callback.
+        assert {r.name: snapshot(r) for r in runners} == before
+        assert all(r.member.state is MemberState.STABLE for r in runners)
+        up_at, up_us = time.monotonic(), now_us()
+        mock_cluster.broker_up(coordinator)
+        assert up_at - down_at < SESSION_MS / 1000 - 1, "the outage must stay below the session"
+        await group.wait_until(
+            lambda: all(logs.has("member.heartbeat_ok", since=up_at, member_id=m) for m in ids),
+            timeout=30,
+            what="heartbeats after the broker came back",
+        )
+        assert {r.broker_id for r in tracked(mock_cluster, HEARTBEAT, since_us=up_us)} == {
+            coordinator
+        }
+        assert tracked(mock_cluster, JOIN_GROUP, SYNC_GROUP, since_us=up_us) == []
+        assert not logs.has("member.join_sent", since=down_at)
+        assert {r.name: snapshot(r) for r in runners} == before
+        assert covered(runners, topic, 4)
+        assert not any(r.errors for r in runners)
+
+
+async def test_coordinator_outage_longer_than_the_session_loses_and_rejoins(
+    mock_cluster: MockCluster, make_topic: Callable[..., str], unique_group: str, logs: Logs
+) -> None:
+    """Inherently slow (~20 s): the outage must outlast the 6 s session plus the mock's
+    1 s eviction check, and the rejoin costs a mock rebalance."""
+    topic = make_topic(4)
+    mock_cluster.start_request_tracking()
+    async with MemberGroup() as group:
+        cfg = config(mock_cluster, unique_group, topic)
+        runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
+        coordinator = coordinator_broker(mock_cluster)
+        before = {r.name: snapshot(r) for r in runners}
+        ids = [before[r.name].member_id for r in runners]
+        await group.wait_until(
+            lambda: all(logs.has("member.heartbeat_ok", member_id=m) for m in ids),
+            timeout=30,
+            what="a heartbeat from each member",
+        )
+        last_ok = max(e["at"] for e in logs.find("member.heartbeat_ok"))
+        down_at = time.monotonic()
+        mock_cluster.broker_down(coordinator)
+        # Down until the mock's session timer (1 s period) must have evicted both.
+        evicted_by = last_ok + SESSION_MS / 1000 + 1.5
+        await group.wait_until(
+            lambda: time.monotonic() > evicted_by, timeout=30, what="outage past the session"
+        )
+        # The members still hold their Generation and partitions: only the coordinator is
+        # unknown. (Each rediscovery resets the client-side session timer, §4.1, so that
+        # timer does not fire here; see the C25 test below for it.)
+        assert {r.name: snapshot(r) for r in runners} == before
+        assert all(r.member.state is MemberState.STABLE for r in runners)
+        assert not logs.has("member.join_sent", since=down_at)
+        up_at, up_us = time.monotonic(), now_us()
+        mock_cluster.broker_up(coordinator)
+        await group.wait_until(
+            lambda: (
+                covered(runners, topic, 4) and all(r.member.member_id not in ids for r in runners)
+            ),
+            timeout=DEADLINE,
+            what="both rejoined as new members",
+        )
+        for r in runners:
+            old = before[r.name]
+            # E32: the first heartbeat after the outage is rejected; the partitions are
+            # reported lost (never revoked), then the member rejoins with a new id.
+            failed = logs.find("member.heartbeat_failed", since=up_at, member_id=old.member_id)
+            assert {e["error"] for e in failed} & {"UNKNOWN_MEMBER_ID", "ILLEGAL_GENERATION"}
+            assert not logs.has("member.heartbeat_ok", since=up_at, member_id=old.member_id)
+            assert callbacks(r, old.events)[:2] == ["on_partitions_lost", "on_partitions_assigned"]
+            assert r.events[old.events].partitions == old.assignment
+            assert r.events[old.events].generation == -1
+        assert tracked(mock_cluster, JOIN_GROUP, since_us=up_us)
+        assert not any(r.errors for r in runners)
+
+
+# --- 7. Heartbeats failing retriably with the coordinator known (C23, C25, E31) -------------
+
+
+async def test_heartbeat_load_in_progress_backs_off_and_keeps_membership(
+    mock_cluster: MockCluster, make_topic: Callable[..., str], unique_group: str, logs: Logs
+) -> None:
+    """E31 for heartbeats, C23: a coordinator still loading answers
+    COORDINATOR_LOAD_IN_PROGRESS; each failure brings the next heartbeat forward to the
+    exponential backoff (100, 200, 400, 800 ms ±20 %), the coordinator stays known, and
+    the first success restores the interval. No rebalance."""
+    topic = make_topic(2)
+    failures = 5
+    mock_cluster.start_request_tracking()
+    async with MemberGroup() as group:
+        cfg = config(mock_cluster, unique_group, topic)
+        (runner,) = await stable_group(group, mock_cluster, cfg, topic, 2, 1)
+        before = snapshot(runner)
+        mark, mark_us = time.monotonic(), now_us()
+        mock_cluster.push_request_errors(HEARTBEAT, *[COORDINATOR_LOAD_IN_PROGRESS] * failures)
+
+        def failed() -> list[dict[str, Any]]:
+            return logs.find("member.heartbeat_failed", since=mark)
+
+        await group.wait_until(
+            lambda: (
+                len(failed()) == failures
+                and len(logs.find("member.heartbeat_ok", since=failed()[-1]["at"])) >= 2
+            ),
+            timeout=30,
+            what="five failed heartbeats, then two good ones",
+        )
+        assert all(e["error"].startswith("COORDINATOR_LOAD_IN_PROGRESS") for e in failed())
+        beats = tracked(mock_cluster, HEARTBEAT, since_us=mark_us)
+        gaps = [(b.timestamp_us - a.timestamp_us) / 1000 for a, b in itertools.pairwise(beats)]
+        retries, interval = gaps[:failures], gaps[failures]
+        assert retries[0] < 0.6 * HEARTBEAT_MS, f"first retry after {retries[0]:.0f} ms"
+        assert retries[3] > retries[0] * 3, f"no exponential backoff: {retries}"
+        assert max(retries) < 1_000 * 1.2, f"backoff above retry_backoff_max_ms: {retries}"
+        assert interval > 0.8 * HEARTBEAT_MS, f"interval not restored: {interval:.0f} ms"
+        # The coordinator stayed known: no rediscovery, no rejoin, nothing for the app.
+        assert not logs.has("member.coordinator_lost", since=mark)
+        assert tracked(mock_cluster, FIND_COORDINATOR, JOIN_GROUP, since_us=mark_us) == []
+        assert snapshot(runner) == before
+        assert runner.stable and runner.errors == []
+
+
+async def test_heartbeats_failing_past_the_session_rediscover_then_lose_the_generation(
+    mock_cluster: MockCluster, make_topic: Callable[..., str], unique_group: str, logs: Logs
+) -> None:
+    """C25, then E32: every heartbeat fails retriably (COORDINATOR_LOAD_IN_PROGRESS) for
+    longer than the session while the coordinator is known. The client-side session timer
+    marks the coordinator unknown, not a leave: the Generation is kept. Meanwhile the mock
+    evicted the member, so once heartbeats get through again the answer is
+    UNKNOWN_MEMBER_ID: partitions lost, rejoin as a new member. Inherently slow (~15 s)."""
+    topic = make_topic(2)
+    mock_cluster.start_request_tracking()
+    async with MemberGroup() as group:
+        cfg = config(mock_cluster, unique_group, topic)
+        (runner,) = await stable_group(group, mock_cluster, cfg, topic, 2, 1)
+        await group.wait_until(
+            lambda: logs.has("member.heartbeat_ok"), timeout=30, what="a heartbeat"
+        )
+        before = snapshot(runner)
+        mark = time.monotonic()
+        mock_cluster.push_request_errors(HEARTBEAT, *[COORDINATOR_LOAD_IN_PROGRESS] * 100)
+        last_ok = max(e["at"] for e in logs.find("member.heartbeat_ok"))
+        session_lost = "session timed out without receiving a heartbeat response"
+        await group.wait_until(
+            lambda: logs.has("member.coordinator_lost", since=mark, reason=session_lost),
+            timeout=30,
+            what="client-side session expiry",
+        )
+        expired_at = logs.find("member.coordinator_lost", since=mark, reason=session_lost)[0]
+        assert expired_at["at"] - last_ok >= 0.95 * SESSION_MS / 1000
+        assert [e["reason"] for e in logs.find("member.coordinator_lost", since=mark)] == [
+            session_lost
+        ], "the coordinator stayed known until the session timer fired"
+        # C25: not a leave, not a reset.
+        assert snapshot(runner) == before
+        assert runner.member.state is MemberState.STABLE
+        assert tracked(mock_cluster, LEAVE_GROUP) == []
+        # Let the mock's session timer (1 s period) evict the member, then let heartbeats
+        # through again.
+        evicted_by = last_ok + SESSION_MS / 1000 + 1.5
+        await group.wait_until(
+            lambda: time.monotonic() > evicted_by, timeout=30, what="mock-side eviction"
+        )
+        assert snapshot(runner) == before
+        cleared_at = time.monotonic()
+        mock_cluster.clear_request_errors(HEARTBEAT)
+        await group.wait_until(
+            lambda: covered([runner], topic, 2) and runner.member.member_id != before.member_id,
+            timeout=DEADLINE,
+            what="rejoined as a new member",
+        )
+        failed = logs.find("member.heartbeat_failed", since=cleared_at)
+        assert "UNKNOWN_MEMBER_ID" in [e["error"] for e in failed]
+        assert not logs.has("member.heartbeat_ok", since=cleared_at, member_id=before.member_id)
+        assert callbacks(runner, before.events) == ["on_partitions_lost", "on_partitions_assigned"]
+        assert runner.events[before.events].partitions == before.assignment
+        assert runner.errors == []
+
+
+# --- the first join: every retriable Join/Sync answer is retried -----------------------------
 
 
 @pytest.mark.parametrize(
@@ -161,86 +847,25 @@ async def test_injected_heartbeat_errors(
         (SYNC_GROUP, UNKNOWN_MEMBER_ID),
         (SYNC_GROUP, NOT_COORDINATOR),
     ],
+    ids=lambda v: NAMES.get(v, {JOIN_GROUP: "JoinGroup", SYNC_GROUP: "SyncGroup"}.get(v, str(v))),
 )
-async def test_injected_join_and_sync_errors_are_retried(
+async def test_errors_on_the_first_join_are_retried(
     mock_cluster: MockCluster,
     make_topic: Callable[..., str],
     unique_group: str,
     api: int,
     code: int,
 ) -> None:
-    """§4.2/§4.3, A7-A9, B14-B15: retriable Join/Sync answers restart the join; the member
-    ends stable, and poll() never sees them."""
-    topic = make_topic(4, broker=mock_cluster)
+    """§4.2/§4.3, A7-A9, B14-B15 on a member's first join: the failed attempt is retried
+    (rediscovering the coordinator where the error says so); poll() never sees the error."""
+    topic = make_topic(4)
     mock_cluster.start_request_tracking()
     mock_cluster.push_request_errors(api, code)
     async with MemberGroup() as group:
-        member = await stable_member(group, mock_cluster, unique_group, topic)
-        assert len(mock_cluster.requests([JOIN_GROUP])) >= 2  # the failed attempt + a retry
+        (member,) = await stable_group(
+            group, mock_cluster, config(mock_cluster, unique_group, topic), topic, 4, 1
+        )
+        assert len(tracked(mock_cluster, JOIN_GROUP)) >= 2  # the failed attempt + a retry
         if code in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE):
-            assert len(mock_cluster.requests([FIND_COORDINATOR])) >= 2  # rediscovered
-        assert not member.errors
-
-
-async def test_join_group_authorization_failure_is_raised_from_poll(
-    mock_cluster: MockCluster, make_topic: Callable[..., str], unique_group: str
-) -> None:
-    topic = make_topic(4, broker=mock_cluster)
-    mock_cluster.push_request_errors(JOIN_GROUP, GROUP_AUTHORIZATION_FAILED)
-    async with MemberGroup() as group:
-        member = await group.start(cfg(mock_cluster, unique_group, topic), stop_on_error=True)
-        await group.wait_until(lambda: bool(member.errors), timeout=30, what="error raised")
-        assert isinstance(member.errors[0], GroupAuthorizationFailed)
-        assert member.errors[0].api == "JoinGroup"
-
-
-async def test_find_coordinator_authorization_failure_sends_no_join(
-    mock_cluster: MockCluster, make_topic: Callable[..., str], unique_group: str
-) -> None:
-    """A6: GROUP_AUTHORIZATION_FAILED on FindCoordinator is raised and no JoinGroup is sent."""
-    topic = make_topic(4, broker=mock_cluster)
-    mock_cluster.start_request_tracking()
-    mock_cluster.push_request_errors(FIND_COORDINATOR, GROUP_AUTHORIZATION_FAILED)
-    async with MemberGroup() as group:
-        member = await group.start(cfg(mock_cluster, unique_group, topic), stop_on_error=True)
-        await group.wait_until(lambda: bool(member.errors), timeout=30, what="error raised")
-        assert isinstance(member.errors[0], GroupAuthorizationFailed)
-        assert not mock_cluster.requests([JOIN_GROUP])
-
-
-@pytest.mark.parametrize("outage_s", [2.0, SESSION_MS / 1000 + 3])
-async def test_coordinator_broker_down_and_up(
-    mock_cluster: MockCluster,
-    make_topic: Callable[..., str],
-    unique_group: str,
-    outage_s: float,
-) -> None:
-    """A short outage (< session): the member keeps its generation, no callbacks. A long
-    one (> session): the broker evicts it; the member reports its partitions lost and
-    rejoins. The outage length is the test's input, not a wait for an event."""
-    topic = make_topic(4, broker=mock_cluster)
-    async with MemberGroup() as group:
-        member = await stable_member(group, mock_cluster, unique_group, topic)
-        generation, seen = member.member.generation, len(member.events)
-        coordinator = coordinator_id(member)
-        assert coordinator is not None
-        mock_cluster.broker_down(coordinator)
-        try:
-            await asyncio.sleep(outage_s)
-            assert member.member.generation == generation  # an outage alone resets nothing
-        finally:
-            mock_cluster.broker_up(coordinator)
-        mock_cluster.start_request_tracking()
-        if outage_s < SESSION_MS / 1000:
-            await heartbeats_after(group, mock_cluster, 3)
-            assert member.member.generation == generation
-            assert callbacks(member, seen) == []
-        else:
-            await group.wait_until(
-                lambda: (
-                    "on_partitions_lost" in callbacks(member, seen) and covered([member], topic, 4)
-                ),
-                timeout=60,
-                what="lost then rejoined",
-            )
+            assert len(tracked(mock_cluster, FIND_COORDINATOR)) >= 2  # rediscovered
         assert not member.errors
