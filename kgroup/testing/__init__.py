@@ -30,6 +30,7 @@ from ._ports import (
     free_port,
     wait_for_port,
 )
+from ._proxy import FaultProxy, ProxiedBroker
 from ._tansu import TansuBroker
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "Broker",
     "BrokerStartError",
     "BrokerUnavailable",
+    "FaultProxy",
     "Hold",
     "JavaMember",
     "JavaMemberError",
@@ -49,6 +51,7 @@ __all__ = [
     "MockRequest",
     "OwnershipLog",
     "OwnershipViolation",
+    "ProxiedBroker",
     "TansuBroker",
     "cache_root",
     "covered",

@@ -31,7 +31,7 @@ import uuid
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._ports import (
     LOOPBACK,
@@ -44,6 +44,9 @@ from ._ports import (
     owned_temp_dir,
     port_is_open,
 )
+
+if TYPE_CHECKING:
+    from ._proxy import FaultProxy
 
 __all__ = [
     "KAFKA_VERSION",
@@ -212,6 +215,12 @@ class KafkaBroker(ProcessBroker):
 
     ``extra_config`` entries override the test-friendly defaults in ``server.properties``.
     Use as a context manager, or call :meth:`start` / :meth:`stop`.
+
+    With ``proxy`` (a :class:`~kgroup.testing.FaultProxy`, started here if it is not
+    running yet, never closed here), a second listener ``PROXIED`` on its own loopback port
+    advertises the proxy's address and becomes the proxy's upstream: clients bootstrapped
+    through ``proxy.address`` get metadata naming only the proxy. :attr:`bootstrap` stays
+    the direct listener.
     """
 
     #: Which broker this is ("kafka"), e.g. for tests that must allow for its quirks.
@@ -225,8 +234,10 @@ class KafkaBroker(ProcessBroker):
         heap: str = "512m",
         start_timeout: float = 120.0,
         log_path: Path | None = None,
+        proxy: FaultProxy | None = None,
     ) -> None:
         self.version = version
+        self.proxy = proxy
         self.extra_config = dict(extra_config or {})
         self.heap = heap
         self.start_timeout = start_timeout
@@ -236,6 +247,7 @@ class KafkaBroker(ProcessBroker):
         self._proc: ManagedProcess | None = None
         self._port: int | None = None
         self._controller_port: int | None = None
+        self._proxied_port: int | None = None
         self._java: str | None = None
         self._classpath: str | None = None
         self.cluster_id = _new_cluster_id()
@@ -255,6 +267,13 @@ class KafkaBroker(ProcessBroker):
     def bootstrap(self) -> str:
         """``"127.0.0.1:PORT"`` for ``bootstrap_servers``."""
         return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def proxied_port(self) -> int:
+        """The port of the ``PROXIED`` listener (the proxy's upstream); needs ``proxy``."""
+        if self._proxied_port is None:
+            raise RuntimeError("broker has no proxy or was not started")
+        return self._proxied_port
 
     @property
     def log_path(self) -> Path:
@@ -288,17 +307,25 @@ class KafkaBroker(ProcessBroker):
 
     def _properties(self) -> dict[str, str]:
         assert self._port is not None and self._controller_port is not None
+        listeners = f"PLAINTEXT://{LOOPBACK}:{self._port}"
+        advertised = listeners
+        protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+        if self.proxy is not None:
+            # Kafka answers with the advertised listeners of the listener a request came in
+            # on, so clients that came through the proxy are only ever told about the proxy.
+            assert self._proxied_port is not None
+            listeners += f",PROXIED://{LOOPBACK}:{self._proxied_port}"
+            advertised += f",PROXIED://{self.proxy.address}"
+            protocols += ",PROXIED:PLAINTEXT"
         props = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@{LOOPBACK}:{self._controller_port}",
-            "listeners": (
-                f"PLAINTEXT://{LOOPBACK}:{self._port},CONTROLLER://{LOOPBACK}:{self._controller_port}"
-            ),
-            "advertised.listeners": f"PLAINTEXT://{LOOPBACK}:{self._port}",
+            "listeners": f"{listeners},CONTROLLER://{LOOPBACK}:{self._controller_port}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": protocols,
             "log.dirs": str(self.data_dir),
             "num.partitions": "1",
             "auto.create.topics.enable": "false",
@@ -383,6 +410,8 @@ class KafkaBroker(ProcessBroker):
             return self
         self._java = find_java()
         _ = self.classpath  # fetch jars (may raise BrokerUnavailable)
+        if self.proxy is not None:
+            self.proxy.start()  # its address goes into advertised.listeners
         first = self._port is None
         attempts = 3 if first else 1
         for attempt in range(attempts):
@@ -391,11 +420,17 @@ class KafkaBroker(ProcessBroker):
                 self._controller_port = free_port()
                 while self._controller_port == self._port:
                     self._controller_port = free_port()
+                if self.proxy is not None:
+                    self._proxied_port = free_port()
+                    while self._proxied_port in (self._port, self._controller_port):
+                        self._proxied_port = free_port()
             props = self._write_properties()
             if first and attempt == 0:
                 self._format(props)
             try:
                 self._launch(props)
+                if self.proxy is not None:
+                    self.proxy.set_upstream(LOOPBACK, self.proxied_port)
                 return self
             except _PortTaken:
                 if first and attempt + 1 < attempts:
@@ -455,7 +490,7 @@ class KafkaBroker(ProcessBroker):
     STOP_TIMEOUT = 30.0
 
     def _forget_ports(self) -> None:
-        self._port = self._controller_port = None
+        self._port = self._controller_port = self._proxied_port = None
 
     def __repr__(self) -> str:
         where = self.bootstrap if self._port is not None else "not started"

@@ -17,7 +17,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._ports import (
     LOOPBACK,
@@ -30,6 +30,9 @@ from ._ports import (
     owned_temp_dir,
     wait_for_port,
 )
+
+if TYPE_CHECKING:
+    from ._proxy import FaultProxy
 
 __all__ = ["TansuBroker", "tansu_binary"]
 
@@ -54,6 +57,12 @@ class TansuBroker(ProcessBroker):
 
     ``rust_log`` sets ``RUST_LOG`` (``"debug"`` traces every request into the log file).
     Use as a context manager, or call :meth:`start` / :meth:`stop`.
+
+    With ``proxy`` (a :class:`~kgroup.testing.FaultProxy`, started here if it is not
+    running yet, never closed here), tansu advertises the proxy's address and the proxy
+    forwards to tansu's port. tansu has a single listener, so every client is told about
+    the proxy, even one bootstrapped on :attr:`bootstrap` (admin work included): only its
+    bootstrap connection bypasses the proxy.
     """
 
     #: Which broker this is ("tansu"), e.g. for tests that must allow for its quirks.
@@ -66,8 +75,10 @@ class TansuBroker(ProcessBroker):
         extra_env: Mapping[str, str] | None = None,
         start_timeout: float = 30.0,
         log_path: Path | None = None,
+        proxy: FaultProxy | None = None,
     ) -> None:
         self.rust_log = rust_log
+        self.proxy = proxy
         self.extra_env = dict(extra_env or {})
         self.start_timeout = start_timeout
         self._log_path_override = log_path
@@ -126,6 +137,8 @@ class TansuBroker(ProcessBroker):
             return self
         if self._binary is None:
             self._binary = tansu_binary()
+        if self.proxy is not None:
+            self.proxy.start()  # its address is what tansu advertises
         first = self._port is None
         attempts = 3 if first else 1
         for attempt in range(attempts):
@@ -133,6 +146,8 @@ class TansuBroker(ProcessBroker):
                 self._port = free_port()
             try:
                 self._launch()
+                if self.proxy is not None:
+                    self.proxy.set_upstream(LOOPBACK, self.port)
                 return self
             except BrokerStartError:
                 if attempt + 1 < attempts:
@@ -143,6 +158,7 @@ class TansuBroker(ProcessBroker):
     def _launch(self) -> None:
         assert self._binary is not None and self._port is not None
         url = f"tcp://{LOOPBACK}:{self._port}"
+        advertised = url if self.proxy is None else f"tcp://{self.proxy.address}"
         proc = ManagedProcess(
             [
                 self._binary,
@@ -150,7 +166,7 @@ class TansuBroker(ProcessBroker):
                 "--listener-url",
                 url,
                 "--advertised-listener-url",
-                url,
+                advertised,
                 "--storage-engine",
                 "memory://tansu/",
             ],

@@ -20,6 +20,10 @@ with ``-p no:kgroup``). Fixtures:
     unique name on ``broker`` (default: the broker fixture the test uses).
 ``unique_group`` (function)
     A group id unique to the test.
+``fault_proxy`` / ``proxied_kafka`` / ``proxied_tansu`` (function)
+    A :class:`~kgroup.testing.FaultProxy` factory, and brokers whose advertised address is
+    a proxy (latency, black holes, stalls, cuts, refused connections); see
+    :mod:`kgroup.testing._proxy_fixtures`.
 ``group_members`` (function, async; needs pytest-asyncio)
     A :class:`~kgroup.testing.MemberGroup`: ``await group_members.start(config)`` starts a
     member polling in the background; ``await group_members.wait_stable(topic, n)`` waits
@@ -58,6 +62,7 @@ from ._kafka import KafkaBroker
 from ._members import MemberGroup
 from ._mock_cluster import MockCluster
 from ._ports import Broker, BrokerUnavailable
+from ._proxy import FaultProxy
 from ._tansu import TansuBroker
 
 __all__ = [
@@ -77,6 +82,10 @@ kafka_and_tansu = broker_params
 
 _FIXTURE_MARKERS = {
     "kafka_broker": "kafka",
+    "proxied_kafka": "kafka",
+    "proxied_kafka_session": "kafka",
+    "proxied_tansu": "tansu",
+    "proxied_tansu_session": "tansu",
     "kafka_broker_factory": "kafka",
     "tansu_broker": "tansu",
     "tansu_broker_factory": "tansu",
@@ -165,15 +174,19 @@ def _start_or_skip(start: Callable[[], _T]) -> _T:
 
 @pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    """Apache Kafka for the whole session (started on first use, log in pytest's tmp dir)."""
+    """Apache Kafka for the whole session (started on first use, log in pytest's tmp dir).
+    Clients on ``bootstrap`` talk to it directly; its second listener sits behind a
+    :class:`~kgroup.testing.FaultProxy` (``broker.proxy``, see ``proxied_kafka``)."""
     log_path = tmp_path_factory.mktemp("kafka-broker") / "broker.log"
     _started_logs.append(("kafka_broker", log_path))
-    broker = KafkaBroker(log_path=log_path)
+    proxy = FaultProxy(name="kafka-proxy")
+    broker = KafkaBroker(log_path=log_path, proxy=proxy)
     try:
         _start_or_skip(broker.start)
         yield broker
     finally:
         broker.close()
+        proxy.close()
 
 
 @pytest.fixture(scope="session")
@@ -334,3 +347,22 @@ if pytest_asyncio is not None:
         checks that no partition was held by two members at once."""
         async with MemberGroup() as group:
             yield group
+
+
+# --- the fault proxy (fixtures defined in _proxy_fixtures, registered here) -------------------
+
+from ._proxy_fixtures import (  # noqa: E402
+    fault_proxy,
+    proxied_kafka,
+    proxied_kafka_session,
+    proxied_tansu,
+    proxied_tansu_session,
+)
+
+__all__ += [
+    "fault_proxy",
+    "proxied_kafka",
+    "proxied_kafka_session",
+    "proxied_tansu",
+    "proxied_tansu_session",
+]
