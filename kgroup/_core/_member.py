@@ -24,6 +24,56 @@ request was in flight.
 The core knows nothing of partitions or topics: the embedded protocol (``protocol_type`` and
 the ``protocols`` callable) supplies JoinGroup metadata, and assignments pass through as
 bytes. Fatal errors are stored and handed to the join driver as :class:`RaiseFatal`.
+
+The lease (kgroup's deviation from the Java client)
+---------------------------------------------------
+A member cut off from the coordinator (network black hole, paused process) still believes in
+its assignment while the coordinator may already have given its partitions to another member.
+The Java client resets its session timer from *receive* times and never fences itself, so
+two consumers can process the same partition for a while. kgroup bounds every assignment by a
+locally computed deadline, :attr:`MemberCore.valid_until`::
+
+    valid_until = min(S + session_timeout, N + rebalance_timeout, poll_deadline)
+
+- ``S``: a lower bound on the last time the coordinator restarted this member's session
+  timer, from SEND times (the broker received a request after we sent it):
+
+  * a Heartbeat answered NONE or REBALANCE_IN_PROGRESS under the current Generation (the
+    coordinator reschedules the session of every heartbeat it accepts);
+  * a JoinGroup answered NONE: the send time of the FIRST JoinGroup this member sent with
+    the same member id and the same protocols. The coordinator restarts sessions when a
+    join barrier completes, but answers a follower that rejoins a STABLE (or COMPLETING)
+    group with unchanged metadata at once, without touching its session; that metadata was
+    stored, and its barrier completed, after our first JoinGroup carrying it was sent. (A
+    static member's JoinGroup with member id "" counts from its own send time: processing
+    it restarts the session.)
+
+  A SyncGroup proves nothing about the session: the coordinator restarts sessions when it
+  hands out the leader's assignment, but answers a SyncGroup that arrives once the group is
+  STABLE without doing so (simulation seed 13 found this).
+- ``N``: the send time of the latest Heartbeat answered NONE that was sent while STABLE in
+  the current Generation, or of the latest successful SyncGroup: the coordinator was not
+  rebalancing when it arrived (and no longer waits for our SyncGroup), so it cannot drop us
+  for a missed rejoin before ``N + rebalance_timeout`` (a heartbeat answered NONE while we
+  were still COMPLETING does not count: the coordinator's pending-sync timer started before
+  it).
+- ``poll_deadline``: when the poll timer expires and the heartbeat driver leaves (§3.1).
+
+The lease applies while the member holds an assignment (``holds_assignment()``; by default,
+from CompleteJoin to the next PrepareJoin). Every entry point that takes ``now`` first checks
+it against the proofs known *before* the call, so a late answer cannot revive a lapsed lease.
+Once ``now >= valid_until``, the core emits ``member.lease_expired`` (``deadline`` = the
+lapsed ``valid_until``), requests a rejoin, and the next join action is
+``PrepareJoin(lost=True, lease_expired=True)``, even while a Join/Sync chain is in flight
+(so a later CompleteJoin reports every partition as newly assigned). The Generation and the
+member id are kept: a coordinator that never dropped us answers the rejoin with the current
+generation. The member's hold of its partitions ends at the deadline, whatever happens next.
+
+A new assignment is never installed under a lapsed lease: when SyncGroup succeeds but
+``valid_until`` (with the new proofs) is already past, e.g. because the join barrier took
+longer than the session timeout, the join driver gets :class:`AwaitLeaseProof` instead of
+CompleteJoin and a heartbeat is due at once; its NONE answer (``member.lease_renewed``)
+proves the session and the completion proceeds.
 """
 
 from __future__ import annotations
@@ -55,10 +105,11 @@ from ._messages import (
     SyncGroupResponse,
 )
 from ._state import ALLOWED_TRANSITIONS, NO_GENERATION, Coordinator, Generation, MemberState
-from ._timers import ExponentialBackoff, HeartbeatTimers
+from ._timers import ExponentialBackoff, HeartbeatTimers, Lease
 
 __all__ = [
     "AwaitJoin",
+    "AwaitLeaseProof",
     "CompleteJoin",
     "ComputeAssignment",
     "FindCoordinator",
@@ -86,6 +137,10 @@ def _truncate(reason: str) -> str:
     return reason if len(reason) <= _MAX_REASON else reason[:_MAX_REASON]
 
 
+def _earliest(until: float, lease_wake: float | None) -> float:
+    return until if lease_wake is None else min(until, lease_wake)
+
+
 # ---------------------------------------------------------------------------------------------
 # Actions for the join driver
 # ---------------------------------------------------------------------------------------------
@@ -109,12 +164,23 @@ class Sleep:
 
 
 @dataclass(frozen=True, slots=True)
+class AwaitLeaseProof(Sleep):
+    """SyncGroup succeeded, but the lease the new assignment would start with has already
+    lapsed (no proof of a recent session refresh): a heartbeat is due now. Wake the
+    heartbeat driver, then ask again once ``member.lease_renewed`` is emitted (or at
+    ``until``, a retry-backoff from now). A subclass of :class:`Sleep`, so a driver that
+    only knows Sleep still works (it polls every retry backoff)."""
+
+
+@dataclass(frozen=True, slots=True)
 class PrepareJoin:
     """Run the pre-join hook once for this rebalance: release owned partitions as *lost* if
     the Generation was reset, else as *revoked* (spec §6.2), then ask again."""
 
     lost: bool
     generation: Generation
+    #: The release is due to the member's lease running out (the hold ended at the deadline).
+    lease_expired: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +213,7 @@ JoinAction = (
     Idle
     | FindCoordinator
     | Sleep
+    | AwaitLeaseProof
     | PrepareJoin
     | SendJoinGroup
     | AwaitJoin
@@ -182,7 +249,11 @@ ChainAction = ComputeAssignment | SendSyncGroup | None
 
 @dataclass(frozen=True, slots=True)
 class HeartbeatDisabled:
-    """Not in a generation that heartbeats: park until enabled."""
+    """Not in a generation that heartbeats: park until enabled, or until ``until`` (ms) when
+    it is set: the member still holds an assignment whose lease runs out then, and the core
+    must be asked again at that time so that it notices (:meth:`MemberCore.check_lease`)."""
+
+    until: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +303,13 @@ class MemberCore:
     - ``needs_join_prepare``: set on reset and after a completed join; cleared by PrepareJoin.
     - ``coordinator``: set by discovery, cleared by :meth:`mark_coordinator_unknown`.
     - ``heartbeat_enabled``: set when JoinGroup succeeds; cleared by the heartbeat driver.
+    - ``lease``: proofs written by the response handlers; :attr:`valid_until` derives the
+      deadline (see the module docstring).
+
+    ``holds_assignment`` tells the core whether the member holds partitions now (the
+    runtime passes ``lambda: bool(embedding.owned)``). Without it the core assumes the
+    assignment is held from CompleteJoin until the next PrepareJoin, which is exact for
+    EAGER embeddings only (a COOPERATIVE member keeps partitions across PrepareJoin).
     """
 
     def __init__(
@@ -243,6 +321,7 @@ class MemberCore:
         now: float,
         observer: Observer | None = None,
         uniform: Callable[[float, float], float] | None = None,
+        holds_assignment: Callable[[], bool] | None = None,
     ) -> None:
         self.config = config
         self.protocol_type = protocol_type
@@ -277,6 +356,24 @@ class MemberCore:
         self.rebalance_started_at: float | None = None
         self.last_rebalance_ms: float | None = None
         self.rebalances = 0
+        # The lease (module docstring).
+        self.lease = Lease(
+            session_timeout_ms=config.session_timeout_ms,
+            rebalance_timeout_ms=config.max_poll_interval_ms,
+        )
+        self._holds = holds_assignment
+        self._installed = False  # default holds_assignment: CompleteJoin .. next PrepareJoin
+        self._created_at = now
+        self._lease_expired_at: float | None = None  # the lapsed deadline, until released
+        self.lease_expirations = 0
+        # The heartbeat in flight: (send time, Generation, sent while STABLE).
+        self._hb_sent: tuple[float, Generation, bool] | None = None
+        self._join_answered_at = now
+        self._sync_sent_at = now
+        # (member id, protocols) -> send time of the first JoinGroup carrying them.
+        self._join_first_sent: dict[tuple[str, tuple[tuple[str, bytes], ...]], float] = {}
+        self._join_sent: tuple[str, tuple[tuple[str, bytes], ...], float] = ("", (), now)
+        self._awaiting_proof = False
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -353,12 +450,75 @@ class MemberCore:
         self.coordinator = None
         return True
 
+    # -- the lease -------------------------------------------------------------------------------
+
+    def holds_assignment(self) -> bool:
+        """Whether the member holds partitions now (the lease applies only then)."""
+        return self._holds() if self._holds is not None else self._installed
+
+    def _lease_deadline(self) -> float:
+        lease = self.lease
+        fallback = self._created_at  # holding without any proof: trust nothing
+        return min(
+            lease.session_deadline(fallback),
+            lease.rebalance_deadline(fallback),
+            self.timers.poll.deadline,
+        )
+
+    @property
+    def valid_until(self) -> float | None:
+        """Until when (ms) the member may trust its assignment; None when it holds none.
+
+        After the lease ran out, the lapsed deadline, until the partitions are released
+        (``PrepareJoin(lost=True)``). Never moves earlier while an assignment is held.
+        """
+        if self._lease_expired_at is not None:
+            return self._lease_expired_at
+        if not self.holds_assignment():
+            return None
+        return self._lease_deadline()
+
+    def _lease_wake(self) -> float | None:
+        """When the heartbeat driver must ask again so that the lease is checked on time."""
+        if self._lease_expired_at is not None or not self.holds_assignment():
+            return None
+        return self._lease_deadline()
+
+    def check_lease(self, now: float) -> bool:
+        """Check the lease at ``now``; True while it has lapsed and the partitions are not
+        released yet. The first call at or after the deadline emits ``member.lease_expired``
+        and requests a rejoin (the next join action releases the partitions as lost).
+
+        Every entry point calls this first; the runtime may also call it from a timer set at
+        :attr:`valid_until` (a heartbeat in flight keeps the heartbeat driver busy)."""
+        if self._lease_expired_at is not None:
+            return True
+        if not self.holds_assignment():
+            return False
+        deadline = self._lease_deadline()
+        if now < deadline:
+            return False
+        self._lease_expired_at = deadline
+        self.lease_expirations += 1
+        lease = self.lease
+        self._emit(
+            "member.lease_expired",
+            deadline=deadline,
+            session_deadline=lease.session_deadline(self._created_at),
+            rebalance_deadline=lease.rebalance_deadline(self._created_at),
+            poll_deadline=self.timers.poll.deadline,
+            late_ms=now - deadline,
+        )
+        self.request_rejoin("the member's lease expired")
+        return True
+
     # -- application poll ------------------------------------------------------------------------
 
     def poll(self, now: float) -> bool:
         """The application polled: reset the poll timer (even while the coordinator is
         unknown, §3.1). Returns True when a heartbeat is due and the heartbeat driver
         should be woken (§5.3)."""
+        self.check_lease(now)  # against the old poll deadline: a late poll revives nothing
         self.timers.polled(now)
         return self.heartbeat_enabled and self.timers.heartbeat.expired(now)
 
@@ -371,6 +531,7 @@ class MemberCore:
         return self._find_retry_at
 
     def on_find_coordinator_response(self, resp: FindCoordinatorResponse, now: float) -> None:
+        self.check_lease(now)
         code = resp.error_code
         if code == ErrorCode.NONE:
             self.coordinator = Coordinator(resp.node_id, resp.host, resp.port)
@@ -417,6 +578,7 @@ class MemberCore:
 
     def next_join_action(self, now: float) -> JoinAction:
         """What the application's poll path must do next (spec §6.1 as a step function)."""
+        self.check_lease(now)
         if self._fatal is not None:
             err, self._fatal = self._fatal, None
             # A fatal error that left the member in its generation (e.g. authorization on a
@@ -426,6 +588,17 @@ class MemberCore:
             if self.state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
                 self.heartbeat_enabled = True
             return RaiseFatal(err)
+        if self._lease_expired_at is not None:
+            # The lease ran out: release the partitions as lost now, whatever the chain is
+            # doing, so that a later completion reports them as newly assigned.
+            self._lease_expired_at = None
+            self._installed = False
+            if self._phase is None and self.needs_join_prepare:
+                # This release is the pre-join hook of the coming rebalance.
+                self.needs_join_prepare = False
+                if self.rebalance_started_at is None:
+                    self.rebalance_started_at = now
+            return PrepareJoin(lost=True, generation=self.generation, lease_expired=True)
         if self._phase in ("join", "assign", "sync"):
             return AwaitJoin()
         if self._phase in ("synced", "complete"):
@@ -433,8 +606,18 @@ class MemberCore:
             # abandoned completion (its caller was cancelled): the heartbeat driver may have
             # reset us meanwhile.
             if self.generation == self._chain_generation and self.state is MemberState.STABLE:
+                if self._phase == "synced" and self._lease_deadline() <= now:
+                    # Never install an assignment under a lapsed lease: get a fresh proof.
+                    if not self._awaiting_proof:
+                        self._awaiting_proof = True
+                        self.timers.heartbeat.reset(now, 0)
+                        self._emit("member.lease_proof_needed", deadline=self._lease_deadline())
+                    return AwaitLeaseProof(now + self.config.retry_backoff_ms)
+                self._awaiting_proof = False
                 self._phase = "complete"
+                self._installed = True
                 return CompleteJoin(self.generation, self._synced_assignment, self.is_leader)
+            self._awaiting_proof = False
             self._phase = None
         if not self.rejoin_needed:
             return Idle()
@@ -449,11 +632,16 @@ class MemberCore:
             self.needs_join_prepare = False
             if self.rebalance_started_at is None:
                 self.rebalance_started_at = now
+            self._installed = False
             return PrepareJoin(lost=self.generation.is_reset, generation=self.generation)
         return self._send_join(now)
 
     def _send_join(self, now: float) -> SendJoinGroup:
         cfg = self.config
+        protocols = tuple(self._protocols(self.generation))
+        member_id = self.generation.member_id
+        first = self._remember_join((member_id, protocols), now)
+        self._join_sent = (member_id, protocols, now if member_id == "" else first)
         request = JoinGroupRequest(
             group_id=cfg.group_id,
             session_timeout_ms=cfg.session_timeout_ms,
@@ -461,7 +649,7 @@ class MemberCore:
             member_id=self.generation.member_id,
             group_instance_id=cfg.group_instance_id,
             protocol_type=self.protocol_type,
-            protocols=tuple(self._protocols(self.generation)),
+            protocols=protocols,
             reason=_truncate(self.rejoin_reason) if self.rejoin_reason else None,
         )
         if self.rebalance_started_at is None:
@@ -472,6 +660,19 @@ class MemberCore:
         self._emit("member.join_sent", reason=self.rejoin_reason)
         return SendJoinGroup(request, cfg.join_timeout_ms)
 
+    def _remember_join(
+        self, key: tuple[str, tuple[tuple[str, bytes], ...]], sent_at: float
+    ) -> float:
+        """The first send time of a JoinGroup carrying ``key`` (member id, protocols). Keys of
+        other member ids are forgotten: their metadata is no longer this member's."""
+        stale = [k for k in self._join_first_sent if k[0] != key[0]]
+        for k in stale:
+            del self._join_first_sent[k]
+        first = self._join_first_sent.get(key)
+        if first is None or sent_at < first:
+            self._join_first_sent[key] = first = sent_at
+        return first
+
     def _chain_retry(self, now: float, reason: str, *, backoff: bool) -> None:
         """End the chain; restart from JoinGroup now (T6) or after retry_backoff (T5)."""
         self._phase = None
@@ -479,6 +680,7 @@ class MemberCore:
         self._join_retry_at = now + self.config.retry_backoff_ms if backoff else 0.0
 
     def on_join_response(self, resp: JoinGroupResponse, now: float) -> ChainAction:
+        self.check_lease(now)
         if self._phase != "join":
             return None  # the chain was abandoned (close, or a reset that restarted it)
         code = resp.error_code
@@ -502,6 +704,16 @@ class MemberCore:
             self.heartbeat_enabled = True
             self.timers.reset_all(now)
             self.is_leader = resp.leader == resp.member_id
+            self._join_answered_at = now
+            # Lease: the session was restarted after the first JoinGroup with this member id
+            # and metadata was sent (see the module docstring).
+            sent_id, sent_protocols, proof = self._join_sent
+            if sent_id == "":
+                # A static member's first JoinGroup: the coordinator stored these protocols
+                # under the id it answers with (a later rejoin with them may be answered
+                # from the stable group without any session restart).
+                self._remember_join((resp.member_id, sent_protocols), proof)
+            self.lease.prove_session(proof)
             self._emit(
                 "member.joined",
                 leader=resp.leader,
@@ -513,7 +725,7 @@ class MemberCore:
             if self.is_leader and not resp.skip_assignment:
                 self._phase = "assign"
                 return ComputeAssignment(self.generation, resp.protocol_name or "", resp.members)
-            return self._send_sync(())
+            return self._send_sync((), now)
         if code == ErrorCode.MEMBER_ID_REQUIRED:
             # T3: adopt the id and rejoin at once, without backoff or a second pre-join hook.
             self.generation = Generation(-1, resp.member_id, None)
@@ -568,11 +780,19 @@ class MemberCore:
             )
         )
 
-    def assignment_computed(self, assignments: Mapping[str, bytes]) -> ChainAction:
-        """The leader's assignment for every member; answers with the SyncGroup to send."""
+    def assignment_computed(
+        self, assignments: Mapping[str, bytes], now: float | None = None
+    ) -> ChainAction:
+        """The leader's assignment for every member; answers with the SyncGroup to send.
+        ``now`` (optional) is when it is sent; without it the lease counts the SyncGroup as
+        sent when the JoinGroup answer arrived (earlier, so conservative)."""
+        if now is not None:
+            self.check_lease(now)
         if self._phase != "assign":
             return None
-        return self._send_sync(tuple(sorted(assignments.items())))
+        return self._send_sync(
+            tuple(sorted(assignments.items())), self._join_answered_at if now is None else now
+        )
 
     def chain_failed_fatal(self, err: KGroupError) -> None:
         """A fatal failure inside the chain that is not a broker answer: the leader could
@@ -584,9 +804,10 @@ class MemberCore:
         self._abandon_join(f"rebalance failed: {type(err).__name__}")
         self.record_fatal(err)
 
-    def _send_sync(self, assignments: tuple[tuple[str, bytes], ...]) -> SendSyncGroup:
+    def _send_sync(self, assignments: tuple[tuple[str, bytes], ...], now: float) -> SendSyncGroup:
         cfg = self.config
         self._phase = "sync"
+        self._sync_sent_at = now
         request = SyncGroupRequest(
             group_id=cfg.group_id,
             generation_id=self.generation.generation_id,
@@ -599,6 +820,7 @@ class MemberCore:
         return SendSyncGroup(request, cfg.request_timeout_ms)
 
     def on_sync_response(self, resp: SyncGroupResponse, now: float) -> None:
+        self.check_lease(now)
         if self._phase != "sync":
             return
         code = resp.error_code
@@ -627,6 +849,9 @@ class MemberCore:
                 )
                 return
             self._set_state(MemberState.STABLE, "synced")
+            # Lease: the coordinator was not rebalancing (nor waiting for our SyncGroup) when
+            # it arrived, after we sent it. (No session proof: see the module docstring.)
+            self.lease.prove_no_rebalance(self._sync_sent_at)
             self.rejoin_needed = False
             self.rejoin_reason = ""
             self._phase = "synced"
@@ -670,6 +895,7 @@ class MemberCore:
         """The JoinGroup or SyncGroup request failed in transport (disconnect, timeout,
         unreachable coordinator): mark the coordinator unknown, back off, restart from
         JoinGroup with the same member id (T5)."""
+        self.check_lease(now)
         if self._phase not in ("join", "assign", "sync"):
             return
         self.mark_coordinator_unknown(reason)
@@ -677,6 +903,7 @@ class MemberCore:
 
     def join_completed(self, now: float) -> None:
         """The completion step (assignment installed, callbacks run) is done."""
+        self.check_lease(now)
         if self._phase == "complete":
             self._phase = None
             self.needs_join_prepare = True
@@ -691,24 +918,31 @@ class MemberCore:
     # -- the heartbeat driver --------------------------------------------------------------------
 
     def heartbeat_action(self, now: float) -> HeartbeatAction:
-        """One iteration of the heartbeat loop (spec §5.1)."""
+        """One iteration of the heartbeat loop (spec §5.1). Every wait also ends at the
+        lease deadline while an assignment is held, so the lease is checked on time."""
+        self.check_lease(now)
         if not self.heartbeat_enabled:
-            return HeartbeatDisabled()
+            return HeartbeatDisabled(self._lease_wake())
         if (
             self.state in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE)
             or self._fatal is not None
         ):
             self.heartbeat_enabled = False
-            return HeartbeatDisabled()
+            return HeartbeatDisabled(self._lease_wake())
         backoff = self.config.retry_backoff_ms
+        lease_wake = self._lease_wake()
         if self.coordinator is None:
-            return HeartbeatFindCoordinator(max(now + backoff, self._find_retry_at))
+            return HeartbeatFindCoordinator(
+                _earliest(max(now + backoff, self._find_retry_at), lease_wake)
+            )
         timers = self.timers
         if timers.session.expired(now):
             self.mark_coordinator_unknown(
                 "session timed out without receiving a heartbeat response"
             )
-            return HeartbeatFindCoordinator(max(now + backoff, self._find_retry_at))
+            return HeartbeatFindCoordinator(
+                _earliest(max(now + backoff, self._find_retry_at), lease_wake)
+            )
         if timers.poll.expired(now):
             self._emit(
                 "member.poll_timeout",
@@ -717,12 +951,16 @@ class MemberCore:
             leave = self.maybe_leave("consumer poll timeout has expired.", poll_timeout=True)
             return PollTimeoutLeave(leave)
         if timers.in_flight:
-            return HeartbeatWait(now + backoff)
+            return HeartbeatWait(_earliest(now + backoff, lease_wake))
         if not timers.heartbeat.expired(now):
             return HeartbeatWait(
-                min(timers.heartbeat.deadline, timers.session.deadline, timers.poll.deadline)
+                _earliest(
+                    min(timers.heartbeat.deadline, timers.session.deadline, timers.poll.deadline),
+                    lease_wake,
+                )
             )
         timers.sent(now)
+        self._hb_sent = (now, self.generation, self.state is MemberState.STABLE)
         request = HeartbeatRequest(
             group_id=self.config.group_id,
             generation_id=self.generation.generation_id,
@@ -731,16 +969,39 @@ class MemberCore:
         )
         return SendHeartbeat(request, self.generation, self.config.request_timeout_ms)
 
+    def _heartbeat_sent_at(self, sent: Generation) -> tuple[float, bool] | None:
+        """(send time, sent while STABLE) of the heartbeat answered now, if it was sent under
+        the current Generation (a stale answer proves nothing about the current hold)."""
+        record, self._hb_sent = self._hb_sent, None
+        if record is None or record[1] != sent or not self._is_current(sent):
+            return None
+        return record[0], record[2]
+
+    def _lease_renewed(self, now: float) -> None:
+        """A completion waits for a proof (AwaitLeaseProof) and this one suffices."""
+        if self._awaiting_proof and self._lease_deadline() > now:
+            self._emit("member.lease_renewed", valid_until=self._lease_deadline())
+
     def on_heartbeat_response(self, sent: Generation, resp: HeartbeatResponse, now: float) -> None:
+        self.check_lease(now)  # with the proofs known before this answer
         code = resp.error_code
         timers = self.timers
+        proof = self._heartbeat_sent_at(sent)
         if code == ErrorCode.NONE:
             timers.received(now)
+            if proof is not None:
+                self.lease.prove_session(proof[0])
+                if proof[1]:
+                    self.lease.prove_no_rebalance(proof[0])
+                self._lease_renewed(now)
             self._emit("member.heartbeat_ok")
             return
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
             # Counts as a successful heartbeat: the session stays alive until we rejoin.
             timers.received(now)
+            if proof is not None:
+                self.lease.prove_session(proof[0])
+                self._lease_renewed(now)
             if self.state is MemberState.STABLE and self._is_current(sent):
                 self.request_rejoin("group is already rebalancing")
             return
@@ -783,6 +1044,8 @@ class MemberCore:
 
     def on_heartbeat_failed(self, now: float, reason: str) -> None:
         """Transport failure (disconnect, request timeout) of a heartbeat."""
+        self.check_lease(now)
+        self._hb_sent = None
         self.timers.failed(now)
         self._emit("member.heartbeat_failed", error=reason)
         self.mark_coordinator_unknown(f"Heartbeat: {reason}")

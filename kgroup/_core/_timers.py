@@ -10,7 +10,7 @@ import math
 import random
 from collections.abc import Callable
 
-__all__ = ["ExponentialBackoff", "HeartbeatTimers", "Timer"]
+__all__ = ["ExponentialBackoff", "HeartbeatTimers", "Lease", "Timer"]
 
 
 class Timer:
@@ -138,3 +138,51 @@ class HeartbeatTimers:
 
     def polled(self, now: float) -> None:
         self.poll.reset(now, self._max_poll)
+
+
+class Lease:
+    """The proofs that bound how long a member may trust its assignment (kgroup's lease).
+
+    With the classic protocol, a member cut off from the coordinator still believes in its
+    assignment while the coordinator may already have handed the partitions to another
+    member. The coordinator can do that only after one of these (GroupMetadataManager):
+
+    - the member's session expired: no heartbeat, JoinGroup or SyncGroup refreshed it for
+      ``session_timeout``;
+    - a rebalance started and the member did not rejoin within the rebalance timeout (the
+      group's is the maximum over its members, so never shorter than ours);
+    - the member left: a dynamic member's poll timer expired (the heartbeat driver sends
+      LeaveGroup then).
+
+    Each bound is computed from the SEND time of a request whose successful answer proves
+    something: the broker received the request after we sent it, so its own deadline is no
+    earlier than ours. ``session_proof`` is the send time of the latest request whose answer
+    proves the broker refreshed the member's session (Heartbeat NONE or
+    REBALANCE_IN_PROGRESS, SyncGroup success); ``rebalance_proof`` the send time of the
+    latest one proving no rebalance had started when it arrived (Heartbeat NONE sent while
+    STABLE, SyncGroup success). Proofs only move forward.
+    """
+
+    __slots__ = ("rebalance_proof", "rebalance_timeout_ms", "session_proof", "session_timeout_ms")
+
+    def __init__(self, *, session_timeout_ms: float, rebalance_timeout_ms: float) -> None:
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.session_proof: float | None = None
+        self.rebalance_proof: float | None = None
+
+    def prove_session(self, sent_at: float) -> None:
+        if self.session_proof is None or sent_at > self.session_proof:
+            self.session_proof = sent_at
+
+    def prove_no_rebalance(self, sent_at: float) -> None:
+        if self.rebalance_proof is None or sent_at > self.rebalance_proof:
+            self.rebalance_proof = sent_at
+
+    def session_deadline(self, default: float) -> float:
+        proof = self.session_proof
+        return default if proof is None else proof + self.session_timeout_ms
+
+    def rebalance_deadline(self, default: float) -> float:
+        proof = self.rebalance_proof
+        return default if proof is None else proof + self.rebalance_timeout_ms

@@ -132,6 +132,8 @@ class GroupMember:
         self._core: MemberCore | None = None
         self._tasks = _TaskOwner()
         self._hb_wake = asyncio.Event()
+        self._lease_wake = asyncio.Event()
+        self._releasing: frozenset[TopicPartition] = frozenset()
         self._poll_wake = asyncio.Event()
         self._closed_event = asyncio.Event()
         self._chain: asyncio.Task[None] | None = None
@@ -168,6 +170,19 @@ class GroupMember:
     def assignment(self) -> frozenset[TopicPartition]:
         """The partitions this member owns now (as of its last completed rebalance)."""
         return self._embedding.owned
+
+    @property
+    def valid_until(self) -> float | None:
+        """Until when (seconds, on the event loop's clock) kgroup vouches for
+        :attr:`assignment`; None when nothing is held. Past it the broker may have given the
+        partitions to another member: stop working on them. kgroup computes it from the
+        send times of the heartbeats the coordinator acknowledged plus the session timeout,
+        bounded by the rebalance timeout and the poll deadline (README, "The lease")."""
+        core = self._core
+        if core is None:
+            return None
+        deadline = core.valid_until
+        return None if deadline is None else deadline / 1000.0
 
     @property
     def is_leader(self) -> bool:
@@ -228,9 +243,11 @@ class GroupMember:
             protocols=self._embedding.metadata,
             now=self._now(),
             observer=self._on_core_event,
+            holds_assignment=lambda: bool(self._embedding.owned or self._releasing),
         )
         self._lifecycle = _Lifecycle.OPEN
         self._tasks.spawn(self._heartbeat_loop(), "kgroup-heartbeat")
+        self._tasks.spawn(self._lease_loop(), "kgroup-lease")
 
     def _check_open(self) -> MemberCore:
         if self._lifecycle is not _Lifecycle.OPEN or self._core is None:
@@ -244,6 +261,7 @@ class GroupMember:
 
     def _on_core_event(self, event: str, **fields: Any) -> None:
         log_core_event(event, **fields)
+        self._lease_wake.set()  # any change may move the lease deadline
         for observer in self._observers:
             observer(event, fields)
         if event in (
@@ -333,8 +351,8 @@ class GroupMember:
                 self._hb_wake.clear()
                 action = core.heartbeat_action(self._now())
                 match action:
-                    case HeartbeatDisabled():
-                        await self._wait(None)
+                    case HeartbeatDisabled(until=until):
+                        await self._wait(until)
                     case HeartbeatFindCoordinator(until=until):
                         if self._now() >= core.find_coordinator_retry_at():
                             self._ensure_lookup()  # honour the lookup's exponential backoff
@@ -360,6 +378,21 @@ class GroupMember:
                     f"heartbeat task crashed: {exc!r}", group_id=self._config.group_id
                 )
             )
+
+    async def _lease_loop(self) -> None:
+        """Check the member's lease at its deadline, even while the heartbeat task waits
+        for an answer: a member cut off from its coordinator must stop trusting its
+        assignment on time (``member.lease_expired``; the next poll() reports it lost)."""
+        core = self._check_open()
+        while self._lifecycle is _Lifecycle.OPEN:
+            self._lease_wake.clear()
+            expired = core.check_lease(self._now())
+            until = None if expired else core.valid_until
+            timeout = None if until is None else max(0.0, (until - self._now()) / 1000.0)
+            try:
+                await asyncio.wait_for(self._lease_wake.wait(), timeout)
+            except TimeoutError:
+                pass
 
     async def _send_heartbeat(self, core: MemberCore, action: SendHeartbeat) -> None:
         try:
@@ -499,7 +532,16 @@ class GroupMember:
                 case Sleep(until=until):
                     await self._sleep_until(until, deadline)
                 case PrepareJoin(lost=lost):
-                    await self._run_calls(self._embedding.prepare(lost=lost), errors)
+                    calls = self._embedding.prepare(lost=lost)
+                    # Partitions being revoked are still held until their callback returns
+                    # (the application may commit in it): the lease covers them until then.
+                    self._releasing = frozenset().union(
+                        *(c.partitions for c in calls if c.callback == "on_partitions_revoked")
+                    )
+                    try:
+                        await self._run_calls(calls, errors)
+                    finally:
+                        self._releasing = frozenset()
                 case SendJoinGroup():
                     self._chain = self._tasks.spawn(
                         self._run_chain(core, action), "kgroup-join-chain"

@@ -107,7 +107,10 @@ def test_d29_poll_timer_reset_while_coordinator_unknown(make_harness) -> None:
     assert resumed and resumed[0] - back_at < 1_100  # found again within one lookup backoff
     assert h.state is S.STABLE
     assert h.core.generation == Generation(1, "X", "range")
-    assert isinstance(h.action(), Idle)
+    # kgroup's lease (issue 5): the outage outlived the session, so the assignment lapsed at
+    # S + session_timeout (S = 0, the SyncGroup) and is released as lost before a rejoin.
+    assert [e["deadline"] for e in h.events_named("member.lease_expired")] == [45_000]
+    assert h.action() == PrepareJoin(lost=True, generation=h.core.generation, lease_expired=True)
 
 
 def test_d29_without_polls_the_poll_timer_does_expire(make_harness) -> None:
