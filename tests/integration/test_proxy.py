@@ -413,10 +413,9 @@ async def test_kafka_black_holed_member_is_evicted_and_rejoins_after_heal(
 ) -> None:
     proxy = proxied_kafka.proxy
     topic = make_topic(6, broker=proxied_kafka.broker)
-    # The member behind the black hole is a zombie until its lease expires; the member
-    # lease (issue 5) is in progress, so no ownership check until it lands (it passes
-    # with the lease).
-    async with MemberGroup(check_ownership=False) as group:
+    # The member behind the black hole believes in its assignment until its lease expires;
+    # MemberGroup checks on exit that its hold ended before the other member's began.
+    async with MemberGroup() as group:
         direct = await group.start(
             member_config(proxied_kafka.direct_bootstrap, unique_group, topic), name="direct"
         )
