@@ -45,8 +45,9 @@ locally computed deadline, :attr:`MemberCore.valid_until`::
     join barrier completes, but answers a follower that rejoins a STABLE (or COMPLETING)
     group with unchanged metadata at once, without touching its session; that metadata was
     stored, and its barrier completed, after our first JoinGroup carrying it was sent. (A
-    static member's JoinGroup with member id "" counts from its own send time: processing
-    it restarts the session.)
+    static member's JoinGroup with member id "" counts from its own send time, and is
+    remembered under the member id it is answered with: the coordinator stored its
+    metadata under that id, simulation seed 5514.)
 
   A SyncGroup proves nothing about the session: the coordinator restarts sessions when it
   hands out the leader's assignment, but answers a SyncGroup that arrives once the group is
@@ -60,8 +61,11 @@ locally computed deadline, :attr:`MemberCore.valid_until`::
 - ``poll_deadline``: when the poll timer expires and the heartbeat driver leaves (§3.1).
 
 The lease applies while the member holds an assignment (``holds_assignment()``; by default,
-from CompleteJoin to the next PrepareJoin). Every entry point that takes ``now`` first checks
-it against the proofs known *before* the call, so a late answer cannot revive a lapsed lease.
+from CompleteJoin to the next PrepareJoin). The runtime passes a callable that is also true
+while an ``on_partitions_revoked`` callback runs: the embedding drops revoked partitions
+before the callback, but the member holds them until it returns (simulation seed 4207).
+Every entry point that takes ``now`` first checks it against the proofs known *before* the
+call, so a late answer cannot revive a lapsed lease.
 Once ``now >= valid_until``, the core emits ``member.lease_expired`` (``deadline`` = the
 lapsed ``valid_until``), requests a rejoin, and the next join action is
 ``PrepareJoin(lost=True, lease_expired=True)``, even while a Join/Sync chain is in flight
@@ -74,6 +78,14 @@ A new assignment is never installed under a lapsed lease: when SyncGroup succeed
 longer than the session timeout, the join driver gets :class:`AwaitLeaseProof` instead of
 CompleteJoin and a heartbeat is due at once; its NONE answer (``member.lease_renewed``)
 proves the session and the completion proceeds.
+
+Known limit (simulation seed 12182, with graceful connection closes): a JoinGroup the member
+gave up on (its connection was dropped) may still reach the coordinator later, after the
+member rejoined through another JoinGroup; the coordinator then counts the stale request as
+the member's rejoin to the NEXT rebalance and can complete it at once, handing the member's
+partitions to others within its lease. No send-time proof excludes that (the classic
+protocol cannot fence a member's own older request; Java shares the exposure). The runtime
+narrows it by aborting (RST), not gracefully closing, connections it gives up on.
 """
 
 from __future__ import annotations
