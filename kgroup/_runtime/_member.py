@@ -21,6 +21,7 @@ User callbacks run only in ``poll()`` and ``close()``, in the caller's task (KIP
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import inspect
 from collections.abc import Callable, Coroutine
@@ -31,6 +32,7 @@ from .._core._consumer_protocol import TopicPartition
 from .._core._embedding import ConsumerEmbedding, ListenerCall
 from .._core._member import (
     AwaitJoin,
+    AwaitLeaseProof,
     CompleteJoin,
     ComputeAssignment,
     FindCoordinator,
@@ -269,6 +271,7 @@ class GroupMember:
             "member.fatal_error",
             "member.state_changed",
             "member.lease_expired",
+            "member.lease_renewed",
         ):
             self._poll_wake.set()
         if event == "member.coordinator_lost":
@@ -439,7 +442,7 @@ class GroupMember:
                 topics = self._embedding.metadata_topics(step.members)
                 counts = await self._cluster.partitions_for(topics)
                 assignments = self._embedding.assign(step.protocol_name, step.members, counts)
-                step = core.assignment_computed(assignments)
+                step = core.assignment_computed(assignments, now=self._now())
             if isinstance(step, SendSyncGroup):
                 conn = await self._coordinator_connection()
                 sync = await conn.request(step.request, step.timeout_ms)
@@ -468,6 +471,19 @@ class GroupMember:
     ) -> None:
         """Run listener callbacks in order, in this task. A raising callback is logged and
         collected; the rest still run (membership stays consistent)."""
+        # Partitions being revoked are still held until their callback returns (the
+        # application may commit in it): the lease covers them until then.
+        self._releasing = frozenset().union(
+            *(c.partitions for c in calls if c.callback == "on_partitions_revoked")
+        )
+        try:
+            await self._run_calls_in_order(calls, errors)
+        finally:
+            self._releasing = frozenset()
+
+    async def _run_calls_in_order(
+        self, calls: tuple[ListenerCall, ...], errors: list[ListenerError]
+    ) -> None:
         for call in calls:
             logger.info(
                 "member." + call.callback.removeprefix("on_"),
@@ -529,19 +545,19 @@ class GroupMember:
                     raise error
                 case FindCoordinator():
                     await self._await_task(self._ensure_lookup(), deadline)
+                case AwaitLeaseProof(until=until):
+                    # The assignment may be installed only once a heartbeat proves the
+                    # session fresh: send one now, then wait for member.lease_renewed.
+                    self._hb_wake.set()
+                    wait_until = until if deadline is None else min(until, deadline)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(
+                            self._poll_wake.wait(), max(0.0, (wait_until - self._now()) / 1000)
+                        )
                 case Sleep(until=until):
                     await self._sleep_until(until, deadline)
                 case PrepareJoin(lost=lost):
-                    calls = self._embedding.prepare(lost=lost)
-                    # Partitions being revoked are still held until their callback returns
-                    # (the application may commit in it): the lease covers them until then.
-                    self._releasing = frozenset().union(
-                        *(c.partitions for c in calls if c.callback == "on_partitions_revoked")
-                    )
-                    try:
-                        await self._run_calls(calls, errors)
-                    finally:
-                        self._releasing = frozenset()
+                    await self._run_calls(self._embedding.prepare(lost=lost), errors)
                 case SendJoinGroup():
                     self._chain = self._tasks.spawn(
                         self._run_chain(core, action), "kgroup-join-chain"

@@ -88,10 +88,15 @@ class OwnershipLog:
         self._end(member, partitions, at, "lost")
 
     def lease_expired(self, member: str, deadline: float) -> None:
-        """The member's lease ran out at ``deadline``: every hold it had then ends there."""
+        """The member's lease ran out at ``deadline``: every hold it had then ends there,
+        including holds already closed later than that (a revoke callback that was still
+        running at the deadline: the event may be reported after it returned)."""
         for (who, tp), hold in list(self._open.items()):
             if who == member and hold.start <= deadline:
                 self._end(member, [tp], deadline, "lease_expired")
+        for hold in self.holds:
+            if hold.member == member and hold.end is not None and hold.start <= deadline < hold.end:
+                hold.end, hold.ended_by = deadline, "lease_expired"
 
     def died(self, member: str, at: float) -> None:
         """The member crashed or was closed: everything it still held ends."""

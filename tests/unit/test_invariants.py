@@ -81,3 +81,13 @@ def test_death_ends_everything_and_reassigning_same_member_is_one_hold() -> None
     log.assigned("b", [P0], 3, at=9.0)
     log.check()
     assert [(h.member, h.start, h.end) for h in log.holds] == [("a", 1.0, 3.0), ("b", 9.0, None)]
+
+
+def test_late_lease_report_shortens_a_hold_that_already_closed() -> None:
+    log = OwnershipLog()
+    log.assigned("a", [P0], 1, at=1.0)
+    log.assigned("b", [P0], 2, at=6.0)
+    log.revoked("a", [P0], at=7.0)  # a's revoke callback ran past its lease...
+    log.lease_expired("a", deadline=5.0)  # ...which had lapsed at 5.0, reported late
+    log.check()
+    assert [(h.end, h.ended_by) for h in log.holds if h.member == "a"] == [(5.0, "lease_expired")]
