@@ -145,12 +145,12 @@ class Mangler:
 MAX_POLL_MS = 8_000  # the rebalance timeout: a JoinGroup may be held that long, plus 5 s
 
 
-def config(bootstrap: str, group: str, topic: str) -> GroupConfig:
+def config(bootstrap: str, group: str, topic: str, session_ms: int) -> GroupConfig:
     return GroupConfig(
         bootstrap_servers=bootstrap,
         group_id=group,
         topics=[topic],
-        session_timeout_ms=10_000,
+        session_timeout_ms=session_ms,
         heartbeat_interval_ms=300,
         request_timeout_ms=3_000,
         retry_backoff_ms=50,
@@ -159,11 +159,16 @@ def config(bootstrap: str, group: str, topic: str) -> GroupConfig:
 
 
 async def stable_behind(
-    mangler: Mangler, broker: Any, group: MemberGroup, group_id: str, topic: str
+    mangler: Mangler,
+    broker: Any,
+    group: MemberGroup,
+    group_id: str,
+    topic: str,
+    session_ms: int = 10_000,
 ) -> Any:
     await mangler.serve()
     await broker.create_topic_async(topic, 3)  # async: the mangler runs on this loop
-    member = await group.start(config(mangler.address, group_id, topic))
+    member = await group.start(config(mangler.address, group_id, topic, session_ms))
     await group.wait_stable(topic, 3, timeout=60)
     return member
 
@@ -223,8 +228,11 @@ async def test_spoiled_heartbeat_answer_costs_a_reconnect_and_nothing_else(
         await mangler.aclose()
 
 
-@pytest.mark.parametrize("api", [JOIN_GROUP, SYNC_GROUP])
-@pytest.mark.parametrize("how", MALFORMATIONS)
+@pytest.mark.parametrize(
+    ("api", "how"),
+    [(JOIN_GROUP, how) for how in MALFORMATIONS]
+    + [(SYNC_GROUP, "truncated"), (SYNC_GROUP, "garbage"), (SYNC_GROUP, "wrong_correlation")],
+)
 async def test_spoiled_join_answer_is_retried(
     tansu_broker_factory: Callable[..., TansuBroker], unique_group: str, api: int, how: str
 ) -> None:
@@ -238,7 +246,7 @@ async def test_spoiled_join_answer_is_retried(
     try:
         async with MemberGroup() as group:
             mangler.spoil(api, how)
-            member = await stable_behind(mangler, broker, group, unique_group, topic)
+            member = await stable_behind(mangler, broker, group, unique_group, topic, 6_000)
             assert mangler.spoiled == [(api, how)]
             assert mangler.accepted >= 2
             assert not member.errors
