@@ -18,7 +18,8 @@ Errors, and who is to blame:
   int32 out of range, a string longer than 32767 bytes).
 * ``RemoteProtocolError``, from decoding or ``from_wire``: the broker's answer does not fit
   the schema (a null where none is allowed, a FindCoordinator v4+ answer without exactly
-  one coordinator, bytes that cannot be decoded or are left over).
+  one coordinator, bytes that cannot be decoded or are left over), or a successful
+  FindCoordinator answer names no usable address (an empty host, a port outside 1-65535).
 
 Fields dropped silently when the version cannot carry them, as the Java client does:
 JoinGroup ``reason`` below v8, SyncGroup ``protocol_type``/``protocol_name`` below v5,
@@ -90,6 +91,7 @@ STATIC_MEMBERSHIP_VERSIONS: Final[dict[int, int]] = {11: 5, 12: 3, 13: 3, 14: 3}
 MAX_REASON_LENGTH: Final = 255
 
 _GROUP_KEY_TYPE: Final = 0  # FindCoordinator key_type: 0 = group, 1 = transaction, 2 = share
+_MAX_PORT: Final = 65535
 
 
 def choose_version(api_key: int, broker_range: tuple[int, int]) -> int:
@@ -488,7 +490,7 @@ def _find_coordinator(fields: _Fields, version: int) -> FindCoordinatorResponse:
     else:
         entry = fields
         error_message = entry.get_nullable_str("error_message") if version >= 1 else None
-    return FindCoordinatorResponse(
+    response = FindCoordinatorResponse(
         error_code=entry.get_int("error_code"),
         node_id=entry.get_int("node_id"),
         host=entry.get_str("host"),
@@ -496,6 +498,14 @@ def _find_coordinator(fields: _Fields, version: int) -> FindCoordinatorResponse:
         error_message=error_message,
         throttle_time_ms=throttle_time_ms,
     )
+    if response.error_code == 0:
+        # A coordinator kgroup cannot connect to is no answer: say so here, not as an
+        # OverflowError from the socket layer later.
+        if not response.host:
+            raise fields.error("the coordinator's host is empty")
+        if not 0 < response.port <= _MAX_PORT:
+            raise fields.error(f"the coordinator's port {response.port} is not a TCP port")
+    return response
 
 
 def _join_group(fields: _Fields, version: int) -> JoinGroupResponse:

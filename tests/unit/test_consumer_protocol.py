@@ -3,8 +3,20 @@
 from __future__ import annotations
 
 import time
+from io import BytesIO
+from typing import Any
 
 import pytest
+from aiokafka.protocol.types import Array as _Array
+from aiokafka.protocol.types import Boolean as _Boolean
+from aiokafka.protocol.types import Bytes as _Bytes
+from aiokafka.protocol.types import CompactBytes as _CompactBytes
+from aiokafka.protocol.types import Int8 as _Int8
+from aiokafka.protocol.types import Int16 as _Int16
+from aiokafka.protocol.types import Int32 as _Int32
+from aiokafka.protocol.types import Schema as _Schema
+from aiokafka.protocol.types import String as _String
+from aiokafka.protocol.types import TaggedFields as _TaggedFields
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -15,7 +27,16 @@ from kgroup._core._consumer_protocol import (
     Subscription,
     TopicPartition,
 )
+from kgroup._core._messages import (
+    FindCoordinatorResponse,
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    SyncGroupResponse,
+)
 from kgroup._errors import LocalProtocolError, RemoteProtocolError
+from kgroup._protocol import API_NAMES, SUPPORTED_VERSIONS, from_wire
+from kgroup._protocol._schemas import FLEXIBLE_FROM, REQUEST_STRUCTS, parse_response_header
 
 TP = TopicPartition
 
@@ -415,3 +436,306 @@ def test_fuzz_mutated_valid_encodings(sub: Subscription, data: st.DataObject) ->
     cut = data.draw(st.integers(0, len(raw)))
     _decode_or_protocol_error(bytes(raw[:cut]))
     _decode_or_protocol_error(bytes(raw))
+
+
+# --- more properties of the consumer protocol codecs ------------------------------------------
+
+CLEAR_SUBSCRIPTION = "malformed consumer protocol Subscription: "
+CLEAR_ASSIGNMENT = "malformed consumer protocol Assignment: "
+
+
+@given(assignments, st.integers(0, 3))
+def test_assignment_round_trip_is_byte_exact_at_every_version(
+    asg: Assignment, version: int
+) -> None:
+    encoded = asg.encode(version)
+    assert int.from_bytes(encoded[:2], "big") == version
+    assert Assignment.decode(encoded).encode(version) == encoded
+
+
+@given(subscriptions, st.integers(0, 3))
+def test_subscription_round_trip_is_byte_exact_at_every_version(
+    sub: Subscription, version: int
+) -> None:
+    encoded = sub.encode(version)
+    assert int.from_bytes(encoded[:2], "big") == version
+    if version < 3 or sub.rack_id != "":  # "" decodes as None (written back as null)
+        assert Subscription.decode(encoded).encode(version) == encoded
+
+
+@given(assignments, st.integers(4, 2**15 - 1), st.binary(max_size=20))
+def test_assignment_future_versions_parse_as_v3(
+    asg: Assignment, version: int, trailer: bytes
+) -> None:
+    future = version.to_bytes(2, "big") + asg.encode(3)[2:] + trailer
+    assert Assignment.decode(future) == Assignment.decode(asg.encode(3))
+
+
+@fuzz
+@given(subscriptions, st.integers(0, 3))
+def test_every_truncation_of_a_subscription_is_a_clear_error(
+    sub: Subscription, version: int
+) -> None:
+    """A strict prefix can never decode (decoding needs every field), and the error is
+    always kgroup's, naming the structure."""
+    encoded = sub.encode(version)
+    for end in range(len(encoded)):
+        with pytest.raises(RemoteProtocolError) as info:
+            Subscription.decode(encoded[:end])
+        assert str(info.value).startswith(CLEAR_SUBSCRIPTION)
+
+
+@fuzz
+@given(assignments, st.integers(0, 3))
+def test_every_truncation_of_an_assignment_is_a_clear_error(asg: Assignment, version: int) -> None:
+    encoded = asg.encode(version)
+    for end in range(len(encoded)):
+        with pytest.raises(RemoteProtocolError) as info:
+            Assignment.decode(encoded[:end])
+        assert str(info.value).startswith(CLEAR_ASSIGNMENT)
+
+
+def _mutate(raw: bytes, data: st.DataObject) -> bytes:
+    """Overwrite, insert or delete a few bytes of ``raw``."""
+    out = bytearray(raw)
+    for _ in range(data.draw(st.integers(1, 4))):
+        action = data.draw(st.sampled_from(["set", "insert", "delete"]))
+        index = data.draw(st.integers(0, len(out)))
+        if action == "insert":
+            out[index:index] = data.draw(st.binary(min_size=1, max_size=4))
+        elif out and index < len(out):
+            if action == "set":
+                out[index] = data.draw(st.integers(0, 255))
+            else:
+                del out[index]
+    return bytes(out)
+
+
+@fuzz
+@given(assignments, st.integers(0, 3), st.data())
+def test_fuzz_mutated_assignments(asg: Assignment, version: int, data: st.DataObject) -> None:
+    raw = _mutate(asg.encode(version), data)
+    try:
+        decoded = Assignment.decode(raw)
+    except RemoteProtocolError as exc:
+        assert str(exc).startswith(CLEAR_ASSIGNMENT)
+    else:
+        assert isinstance(decoded, Assignment)
+        assert all(isinstance(tp, TopicPartition) for tp in decoded.partitions)
+
+
+@fuzz
+@given(subscriptions, st.integers(0, 3), st.data())
+def test_fuzz_mutated_subscriptions(sub: Subscription, version: int, data: st.DataObject) -> None:
+    raw = _mutate(sub.encode(version), data)
+    try:
+        decoded = Subscription.decode(raw)
+    except RemoteProtocolError as exc:
+        assert str(exc).startswith(CLEAR_SUBSCRIPTION)
+    else:
+        assert isinstance(decoded, Subscription)
+        assert all(isinstance(t, str) for t in decoded.topics)
+
+
+@pytest.mark.parametrize("cls", [Subscription, Assignment])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\x7f\xff\xff\xff",  # a count of 2**31-1 with nothing after it
+        b"\x00\x00\x00\x01\x7f\xff" + b"t" * 8,  # a 32767-byte string, 8 bytes there
+        b"\x00\x00\x00\x01\x00\x01t\x7f\xff\xff\xff",  # 2**31-1 partitions
+        b"\x00\x00\x00\x00\x7f\xff\xff\xff",  # (Subscription) 2**31-1 bytes of user_data
+    ],
+)
+def test_huge_lengths_fail_at_once(cls: type[Subscription | Assignment], body: bytes) -> None:
+    started = time.perf_counter()
+    for version in range(4):
+        with pytest.raises(RemoteProtocolError, match="malformed consumer protocol"):
+            cls.decode(version.to_bytes(2, "big") + body)
+    assert time.perf_counter() - started < 0.1
+
+
+# --- the group protocol's response decoders (kgroup._protocol) ---------------------------------
+#
+# Every response struct of every version kgroup speaks, fed (1) random values encoded by the
+# schema (a round trip), (2) truncations of such encodings, (3) mutations of them and (4) raw
+# random bytes. The only outcomes allowed: a valid response value, or RemoteProtocolError
+# naming the API and version. Decoding goes through ``RESPONSE_TYPE.decode`` (the connection
+# layer's entry point) and then ``from_wire``.
+
+RESPONSE_TYPES = {
+    (api_key, version): REQUEST_STRUCTS[api_key][version].RESPONSE_TYPE
+    for api_key, (low, high) in SUPPORTED_VERSIONS.items()
+    for version in range(low, high + 1)
+}
+RESPONSE_VALUES = {
+    10: FindCoordinatorResponse,
+    11: JoinGroupResponse,
+    12: HeartbeatResponse,
+    13: LeaveGroupResponse,
+    14: SyncGroupResponse,
+}
+response_keys = st.sampled_from(sorted(RESPONSE_TYPES))
+
+
+def _field_values(kind: object) -> st.SearchStrategy[object]:
+    """Values of one field type of a response schema (strict types subclass aiokafka's)."""
+    if isinstance(kind, _Schema):
+        return st.tuples(*(_field_values(field) for field in kind.fields))
+    if isinstance(kind, _Array):
+        return st.none() | st.lists(_field_values(kind.array_of), max_size=3)
+    if isinstance(kind, _String):
+        return st.none() | st.text(max_size=8)
+    assert isinstance(kind, type), kind
+    if issubclass(kind, _Bytes | _CompactBytes):
+        return st.none() | st.binary(max_size=12)
+    if issubclass(kind, _TaggedFields):
+        return st.just({})  # aiokafka can only encode an empty tagged-field section
+    if issubclass(kind, _Boolean):
+        return st.booleans()
+    bits = {_Int8: 8, _Int16: 16, _Int32: 32}
+    for base, width in bits.items():
+        if issubclass(kind, base):
+            return st.integers(-(2 ** (width - 1)), 2 ** (width - 1) - 1)
+    raise AssertionError(f"no strategy for field type {kind!r}")
+
+
+@st.composite
+def encoded_responses(draw: st.DrawFn) -> tuple[tuple[int, int], tuple[object, ...], bytes]:
+    """(api key and version, the field values, their encoding) of a random response."""
+    key = draw(response_keys)
+    schema = RESPONSE_TYPES[key].SCHEMA
+    values = draw(_field_values(schema))
+    return key, values, schema.encode(values)
+
+
+def _decode_response(key: tuple[int, int], raw: bytes) -> object:
+    """``RESPONSE_TYPE.decode`` then ``from_wire``: a response value, or RemoteProtocolError
+    naming the API and version (anything else fails the test)."""
+    api_key, version = key
+    label = f"{API_NAMES[api_key]} v{version} "
+    try:
+        value = from_wire(RESPONSE_TYPES[key].decode(raw))
+    except RemoteProtocolError as exc:
+        assert str(exc).startswith(label), str(exc)
+        return exc
+    assert isinstance(value, RESPONSE_VALUES[api_key])
+    return value
+
+
+@fuzz
+@given(encoded_responses())
+def test_response_round_trip_at_every_version(sample: tuple[Any, Any, bytes]) -> None:
+    """Whatever the schema can encode decodes back to the same fields; from_wire then
+    accepts it or names the field the schema forbids (a null where none is allowed)."""
+    key, values, raw = sample
+    struct = RESPONSE_TYPES[key].decode(raw)
+    names = RESPONSE_TYPES[key].SCHEMA.names
+
+    def normal(value: object) -> object:  # arrays decode as lists of tuples
+        if isinstance(value, list | tuple):
+            return [normal(v) for v in value]
+        return value
+
+    assert normal([getattr(struct, name) for name in names]) == normal(list(values))
+    _decode_response(key, raw)
+
+
+@fuzz
+@given(encoded_responses())
+def test_every_truncated_response_is_a_clear_error(sample: tuple[Any, Any, bytes]) -> None:
+    key, _values, raw = sample
+    api_key, version = key
+    for end in range(len(raw)):
+        with pytest.raises(RemoteProtocolError, match=f"^{API_NAMES[api_key]} v{version} "):
+            RESPONSE_TYPES[key].decode(raw[:end])
+
+
+@fuzz
+@given(encoded_responses(), st.data())
+def test_fuzz_mutated_responses(sample: tuple[Any, Any, bytes], data: st.DataObject) -> None:
+    key, _values, raw = sample
+    _decode_response(key, _mutate(raw, data))
+
+
+@fuzz
+@given(response_keys, st.binary(max_size=200))
+def test_fuzz_arbitrary_response_bytes(key: tuple[int, int], raw: bytes) -> None:
+    _decode_response(key, raw)
+
+
+@pytest.mark.parametrize("key", sorted(RESPONSE_TYPES), ids=lambda k: f"{API_NAMES[k[0]]}-v{k[1]}")
+def test_huge_response_lengths_fail_at_once(key: tuple[int, int]) -> None:
+    """Every prefix of every length field set to its largest value: no allocation, no
+    loop over billions of elements, only a quick clear error."""
+    started = time.perf_counter()
+    huge = (b"\x7f\xff", b"\x7f\xff\xff\xff", b"\xfe\xff\xff\xff\x0f")  # int16, int32, varint
+    for filler in huge:
+        for offset in range(12):
+            raw = b"\x00" * offset + filler + b"\x00" * 4
+            _decode_response(key, raw)
+    assert time.perf_counter() - started < 0.5
+
+
+@fuzz
+@given(st.binary(max_size=40), st.booleans())
+def test_fuzz_response_headers(raw: bytes, flexible: bool) -> None:
+    try:
+        correlation_id = parse_response_header(BytesIO(raw), flexible=flexible)
+    except RemoteProtocolError as exc:
+        assert str(exc).startswith("undecodable response header: ")
+    else:
+        assert correlation_id == int.from_bytes(raw[:4], "big", signed=True)
+
+
+def _plain(kind: object) -> object:
+    """A minimal valid value of one field type."""
+    if isinstance(kind, _Schema):
+        return tuple(_plain(field) for field in kind.fields)
+    if isinstance(kind, _Array):
+        return []
+    if isinstance(kind, _String):
+        return ""
+    if isinstance(kind, type) and issubclass(kind, _TaggedFields):
+        return {}
+    if isinstance(kind, type) and issubclass(kind, _Bytes | _CompactBytes):
+        return b""
+    if isinstance(kind, type) and issubclass(kind, _Boolean):
+        return False
+    return 0
+
+
+CLASSIC_LENGTH_FIELDS = [
+    (key, name)
+    for key, cls in sorted(RESPONSE_TYPES.items())
+    if key[1] < FLEXIBLE_FROM[key[0]]
+    for name, kind in zip(cls.SCHEMA.names, cls.SCHEMA.fields, strict=True)
+    if isinstance(kind, _Array | _String) or (isinstance(kind, type) and issubclass(kind, _Bytes))
+]
+
+
+@pytest.mark.parametrize(
+    ("key", "field"),
+    CLASSIC_LENGTH_FIELDS,
+    ids=[f"{API_NAMES[k[0]]}-v{k[1]}-{f}" for k, f in CLASSIC_LENGTH_FIELDS],
+)
+@pytest.mark.parametrize("length", [-2, -(2**15), -(2**31)], ids=["-2", "int16-min", "int32-min"])
+def test_classic_negative_lengths_are_errors(key: tuple[int, int], field: str, length: int) -> None:
+    """-1 is null; any other negative length is corruption, never "null" or "empty" (aiokafka
+    reads every negative length as null: an array of -2 became an empty member list, a bytes
+    length of -2 an empty assignment)."""
+    schema = RESPONSE_TYPES[key].SCHEMA
+    parts = []
+    for name, kind in zip(schema.names, schema.fields, strict=True):
+        if name != field:
+            parts.append(kind.encode(_plain(kind)))
+        elif isinstance(kind, _String):
+            parts.append(_Int16.encode(max(length, -(2**15))))
+        else:
+            parts.append(_Int32.encode(length))
+    api_key, version = key
+    with pytest.raises(
+        RemoteProtocolError,
+        match=f"^{API_NAMES[api_key]} v{version} response cannot be decoded: {field}: invalid",
+    ):
+        RESPONSE_TYPES[key].decode(b"".join(parts))
