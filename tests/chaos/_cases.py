@@ -1,0 +1,69 @@
+"""The chaos suite's cases (a broker and a seed), known bugs, and the session's totals."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+#: ``(test, broker, seed)`` -> reason: a schedule that finds a kgroup bug, run as
+#: ``xfail(strict=True)`` until the bug is fixed (see the report of issue 5).
+KNOWN_BUGS: dict[tuple[str, str, int], str] = {}
+
+
+@dataclass(frozen=True)
+class ChaosCase:
+    """One parametrisation of a chaos test: a broker and a seed."""
+
+    broker: str
+    seed: int
+    soak: bool = False
+
+    @property
+    def test(self) -> str:
+        return "test_soak" if self.soak else "test_chaos"
+
+    def replay(self) -> str:
+        slow = " --run-slow" if self.soak else ""
+        return (
+            f'python -m pytest tests/chaos -k "{self.test} and {self.broker}" '
+            f"--chaos-seed {self.seed}{slow} -s"
+        )
+
+
+@dataclass
+class Totals:
+    """Every schedule run in this session: for the terminal summary and the JSON file."""
+
+    schedules: Counter[str] = field(default_factory=Counter)
+    faults: Counter[str] = field(default_factory=Counter)
+    failed: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
+    #: runs where the broker stalled (tansu), and runs with notes
+    stalled: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def record(self, result: Any) -> None:
+        self.schedules[result.schedule.broker] += 1
+        self.faults.update(result.applied)
+        self.lines.append(result.summary())
+        if not result.ok:
+            self.failed.append(f"{result.schedule.label}: {result.replay}")
+        if result.broker_stalls:
+            self.stalled.append(f"{result.schedule.label}: {result.replay}")
+        self.notes += [f"{result.schedule.label}: {note}" for note in result.notes]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schedules": dict(self.schedules),
+            "schedules_total": sum(self.schedules.values()),
+            "faults": dict(sorted(self.faults.items())),
+            "faults_total": sum(self.faults.values()),
+            "failed": self.failed,
+            "broker_stalled": self.stalled,
+            "notes": self.notes,
+            "runs": self.lines,
+        }
+
+
+TOTALS = Totals()

@@ -1,0 +1,655 @@
+"""Seeded chaos schedules: plain data, made by a pure function of the seed and parameters.
+
+:func:`make_schedule` draws every choice from one ``random.Random(seed)``, so a schedule is
+replayed from its seed and parameters alone. A :class:`Schedule` is frozen dataclasses all
+the way down, prints as a readable timeline (``str(schedule)``) and round-trips through JSON
+(:meth:`Schedule.to_json` / :meth:`Schedule.from_json`), so the same schedule can be fed to
+the real-broker runner (``_runner.py``) or to a simulator.
+
+A schedule has a *fault window*: every step starts and ends inside ``[0, fault_window]``
+seconds after the window opens (the runner opens it once the group is first stable). Then
+the faults stop, and the group must become stable again within a bound derived from the
+timeouts (``_runner.stable_bound``).
+
+Fault kinds (``Step.kind``: brokers; ``Step.args``):
+
+- ``crash`` (all; ``member``): SIGKILL the member's process.
+- ``pause`` (all; ``member``, ``duration``): SIGSTOP, then SIGCONT after ``duration``
+  seconds, always longer than the session timeout.
+- ``leave`` (all; ``member``): SIGTERM; the process calls ``close()``.
+- ``rejoin`` (all; ``member``): a new process in a crashed or left member's slot (the same
+  ``group.instance.id`` when static).
+- ``black_hole`` (kafka; ``duration``, ``direction``, ``end``): the proxy drops the bytes;
+  at the end it heals, after resetting every proxied connection when ``end`` is "cut".
+- ``latency`` (kafka; ``duration``, ``seconds``, ``jitter``): the proxy delays every chunk.
+- ``cut`` (kafka): the proxy resets every proxied connection.
+- ``broker_restart`` (kafka; ``hard``: SIGKILL, not a controlled shutdown): groups and
+  topics survive.
+- ``tansu_restart`` (tansu): groups and topics are lost; the runner recreates the topic.
+- ``coordinator_move`` (mock; ``broker_id``).
+- ``broker_down`` (mock; ``broker_id``, ``duration``): down, then up again.
+- ``inject_errors`` (mock; ``api`` name, ``api_key``, ``codes``): the next requests of that
+  API fail with these codes, in order.
+
+Proxy faults never overlap (each ends with a heal), nor do broker restarts or downs.
+Members named in steps are slots ``m1`` .. ``mN``; a ``rejoin`` starts a new process (a new
+*incarnation*) in the slot. On Kafka some members bootstrap through the fault proxy
+(``MemberSpec.via_proxy``) and the others directly, so a black hole cuts off only some.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "ASSIGNORS",
+    "BROKERS",
+    "FAULT_KINDS",
+    "MemberSpec",
+    "Schedule",
+    "Step",
+    "Timeouts",
+    "default_cases",
+    "make_schedule",
+    "schedule_for",
+]
+
+BrokerKind = Literal["kafka", "tansu", "mock"]
+BROKERS: tuple[BrokerKind, ...] = ("kafka", "tansu", "mock")
+ASSIGNORS = ("range", "roundrobin")
+
+MEMBER_FAULTS = ("crash", "pause", "leave", "rejoin")
+PROXY_FAULTS = ("black_hole", "latency", "cut")
+FAULT_KINDS = (
+    *MEMBER_FAULTS,
+    *PROXY_FAULTS,
+    "broker_restart",
+    "tansu_restart",
+    "coordinator_move",
+    "broker_down",
+    "inject_errors",
+)
+
+#: How likely each fault is, per broker (weights; a fault whose preconditions do not hold
+#: at that moment is not drawn).
+WEIGHTS: dict[str, dict[str, float]] = {
+    "kafka": {
+        "crash": 2.0,
+        "pause": 2.0,
+        "leave": 1.5,
+        "rejoin": 2.5,
+        "black_hole": 2.0,
+        "latency": 1.5,
+        "cut": 1.0,
+        "broker_restart": 1.0,
+    },
+    "tansu": {"crash": 2.0, "pause": 2.0, "leave": 1.5, "rejoin": 2.5, "tansu_restart": 1.2},
+    "mock": {
+        "crash": 1.5,
+        "pause": 1.5,
+        "leave": 1.0,
+        "rejoin": 2.0,
+        "coordinator_move": 2.0,
+        "broker_down": 2.0,
+        "inject_errors": 2.5,
+    },
+}
+
+# Group API keys and the codes injected into them on the mock cluster. Every code here is
+# retriable for that API (spec §4), except GROUP_AUTHORIZATION_FAILED, drawn rarely, which
+# is fatal and makes ``GroupAuthorizationFailed`` an expected exception of the schedule.
+API_KEYS = {"FindCoordinator": 10, "JoinGroup": 11, "Heartbeat": 12, "LeaveGroup": 13}
+API_KEYS["SyncGroup"] = 14
+TRANSPORT = -195  # RD_KAFKA_RESP_ERR__TRANSPORT: the mock drops the connection
+RETRIABLE_CODES: dict[str, tuple[int, ...]] = {
+    "FindCoordinator": (15, TRANSPORT),
+    "JoinGroup": (14, 15, 16, 25, TRANSPORT),
+    "SyncGroup": (14, 15, 16, 22, 25, 27, TRANSPORT),
+    "Heartbeat": (15, 16, 22, 25, 27, TRANSPORT),
+    "LeaveGroup": (15, 16, 25, TRANSPORT),
+}
+GROUP_AUTHORIZATION_FAILED = 30
+#: exception class name that a fatal injected code makes legitimate
+FATAL_CODES = {GROUP_AUTHORIZATION_FAILED: "GroupAuthorizationFailed"}
+
+#: Seconds a broker restart is assumed to take (no second one starts meanwhile; the runner
+#: also serialises them): Kafka 2-3 s, 11-12 s after SIGKILL; tansu stops on SIGTERM within
+#: a few seconds.
+RESTART_BUSY = {"soft": 4.0, "hard": 14.0, "tansu": 6.0}
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """The members' timeouts (ms), as in :class:`kgroup.GroupConfig`."""
+
+    session_ms: int
+    heartbeat_ms: int
+    max_poll_ms: int
+    request_timeout_ms: int
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1000
+    close_timeout_ms: int = 10_000
+
+    @property
+    def session(self) -> float:
+        return self.session_ms / 1000.0
+
+    @property
+    def join_timeout(self) -> float:
+        """kgroup's JoinGroup request timeout (GroupConfig.join_timeout_ms), seconds."""
+        return max(self.request_timeout_ms, self.max_poll_ms + 5_000) / 1000.0
+
+
+#: Short timeouts per broker, so that faults resolve in seconds. The mock waits
+#: ``session - 1 s`` in every rebalance of a non-empty group, hence its shorter session.
+#: tansu blocks a SyncGroup of a stale generation or member ~8 s (then 27) and adds ~3 s
+#: pauses to static joins and syncs: with a request timeout below that, SyncGroups time out
+#: one after the other and a static group never forms, hence its longer request timeout.
+DEFAULT_TIMEOUTS: dict[str, Timeouts] = {
+    "kafka": Timeouts(
+        session_ms=6_000, heartbeat_ms=500, max_poll_ms=12_000, request_timeout_ms=5_000
+    ),
+    "tansu": Timeouts(
+        session_ms=6_000, heartbeat_ms=500, max_poll_ms=15_000, request_timeout_ms=12_000
+    ),
+    "mock": Timeouts(
+        session_ms=5_000, heartbeat_ms=500, max_poll_ms=12_000, request_timeout_ms=5_000
+    ),
+}
+
+
+@dataclass(frozen=True)
+class MemberSpec:
+    """One member slot: its name, its static identity (None: dynamic) and whether it
+    reaches the broker through the fault proxy."""
+
+    slot: str
+    instance_id: str | None = None
+    via_proxy: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"slot": self.slot, "instance_id": self.instance_id, "via_proxy": self.via_proxy}
+
+
+JSONValue = str | int | float | bool | None | tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One fault: ``at`` seconds after the fault window opens, a ``kind`` and its ``args``
+    (sorted ``(name, value)`` pairs; values are JSON scalars or tuples of ints)."""
+
+    at: float
+    kind: str
+    args: tuple[tuple[str, JSONValue], ...] = ()
+
+    @staticmethod
+    def make(at: float, kind: str, **args: JSONValue) -> Step:
+        return Step(round(at, 3), kind, tuple(sorted(args.items())))
+
+    @property
+    def kwargs(self) -> dict[str, JSONValue]:
+        return dict(self.args)
+
+    def arg(self, name: str, default: Any = None) -> Any:
+        return self.kwargs.get(name, default)
+
+    @property
+    def member(self) -> str | None:
+        value = self.arg("member")
+        return None if value is None else str(value)
+
+    @property
+    def duration(self) -> float:
+        return float(self.arg("duration", 0.0))
+
+    @property
+    def end(self) -> float:
+        return self.at + self.duration
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "kind": self.kind,
+            "args": {k: list(v) if isinstance(v, tuple) else v for k, v in self.args},
+        }
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any]) -> Step:
+        args = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in dict(data.get("args", {})).items()
+        }
+        return Step(float(data["at"]), str(data["kind"]), tuple(sorted(args.items())))
+
+    def __str__(self) -> str:
+        text = " ".join(f"{k}={v}" for k, v in self.args)
+        return f"+{self.at:6.2f}s  {self.kind:<16} {text}".rstrip()
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A chaos schedule: who is in the group, how it is configured, and the faults."""
+
+    seed: int
+    broker: str
+    static: bool
+    assignor: str
+    partitions: int
+    members: tuple[MemberSpec, ...]
+    timeouts: Timeouts
+    fault_window: float
+    steps: tuple[Step, ...]
+    #: Seconds of simulated work in every on_partitions_revoked (the member holds its
+    #: partitions until the callback returns).
+    revoke_work: float = 0.0
+    #: Exception class names that a step makes legitimate (e.g. an injected fatal code).
+    expected_errors: tuple[str, ...] = ()
+    version: int = 1
+
+    # -- views ------------------------------------------------------------------------------
+
+    @property
+    def faults_end(self) -> float:
+        """When the last fault ends (seconds after the window opens)."""
+        return max((s.end for s in self.steps), default=0.0)
+
+    def counts(self) -> Counter[str]:
+        """Faults per kind."""
+        return Counter(s.kind for s in self.steps)
+
+    def kinds(self) -> set[str]:
+        return {s.kind for s in self.steps}
+
+    def member(self, slot: str) -> MemberSpec:
+        for spec in self.members:
+            if spec.slot == slot:
+                return spec
+        raise KeyError(slot)
+
+    @property
+    def label(self) -> str:
+        """A short id: ``kafka-static-range-5m-seed17``."""
+        kind = "static" if self.static else "dynamic"
+        return f"{self.broker}-{kind}-{self.assignor}-{len(self.members)}m-seed{self.seed}"
+
+    # -- JSON -------------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "seed": self.seed,
+            "broker": self.broker,
+            "static": self.static,
+            "assignor": self.assignor,
+            "partitions": self.partitions,
+            "members": [m.to_json() for m in self.members],
+            "timeouts": dict(vars(self.timeouts)),
+            "fault_window": self.fault_window,
+            "revoke_work": self.revoke_work,
+            "expected_errors": list(self.expected_errors),
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+    def dumps(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_json(), indent=indent, sort_keys=True)
+
+    @staticmethod
+    def from_json(data: Mapping[str, Any] | str) -> Schedule:
+        if isinstance(data, str):
+            data = json.loads(data)
+        assert isinstance(data, Mapping)
+        return Schedule(
+            seed=int(data["seed"]),
+            broker=str(data["broker"]),
+            static=bool(data["static"]),
+            assignor=str(data["assignor"]),
+            partitions=int(data["partitions"]),
+            members=tuple(MemberSpec(**m) for m in data["members"]),
+            timeouts=Timeouts(**data["timeouts"]),
+            fault_window=float(data["fault_window"]),
+            steps=tuple(Step.from_json(s) for s in data["steps"]),
+            revoke_work=float(data.get("revoke_work", 0.0)),
+            expected_errors=tuple(data.get("expected_errors", ())),
+            version=int(data.get("version", 1)),
+        )
+
+    def __str__(self) -> str:
+        t = self.timeouts
+        members = ", ".join(
+            m.slot
+            + ("@proxy" if m.via_proxy else "")
+            + (f"[{m.instance_id}]" if m.instance_id else "")
+            for m in self.members
+        )
+        lines = [
+            f"schedule {self.label}: {self.partitions} partitions, members {members}",
+            f"  session {t.session_ms} ms, heartbeat {t.heartbeat_ms} ms, max poll "
+            f"{t.max_poll_ms} ms, request timeout {t.request_timeout_ms} ms, revoke work "
+            f"{self.revoke_work} s; fault window {self.fault_window:.1f} s"
+            + (
+                f"; expected errors {', '.join(self.expected_errors)}"
+                if self.expected_errors
+                else ""
+            ),
+        ]
+        lines += [f"  {step}" for step in self.steps] or ["  (no faults)"]
+        return "\n".join(lines)
+
+
+# -- the generator ------------------------------------------------------------------------
+
+
+@dataclass
+class _Slot:
+    """The generator's model of one member slot along the timeline."""
+
+    spec: MemberSpec
+    alive: bool = True  # a process runs in the slot (crashed/left: False)
+    paused_until: float = 0.0
+    down_since: float = 0.0
+
+    def usable(self, t: float) -> bool:
+        """Running and not paused at ``t``: may be crashed, paused or asked to leave."""
+        return self.alive and self.paused_until <= t
+
+
+@dataclass
+class _Timeline:
+    slots: list[_Slot]
+    proxy_free_at: float = 0.0
+    broker_free_at: float = 0.0
+    steps: list[Step] = field(default_factory=list)
+    expected: set[str] = field(default_factory=set)
+
+    def alive(self) -> int:
+        return sum(1 for s in self.slots if s.alive)
+
+
+def make_schedule(
+    seed: int,
+    *,
+    broker: BrokerKind | str,
+    members: int,
+    static: bool,
+    assignor: str = "range",
+    fault_window: float = 20.0,
+    gap: tuple[float, float] = (1.0, 4.0),
+    timeouts: Timeouts | None = None,
+    partitions: int | None = None,
+    weights: Mapping[str, float] | None = None,
+    hard_restart_probability: float = 0.15,
+    fatal_error_probability: float = 0.1,
+) -> Schedule:
+    """A random chaos schedule, a pure function of its arguments (``random.Random(seed)``).
+
+    ``members`` (3..8) slots, ``static`` membership (``group.instance.id`` = the slot name) or
+    dynamic, ``assignor`` ("range" / "roundrobin", or any name kgroup accepts, e.g. a
+    cooperative one later). Faults start ``gap`` seconds apart (uniform) inside
+    ``fault_window`` seconds; ``weights`` overrides :data:`WEIGHTS` for the broker.
+    """
+    if broker not in BROKERS:
+        raise ValueError(f"broker must be one of {BROKERS}, not {broker!r}")
+    if not 3 <= members <= 8:
+        raise ValueError(f"members must be 3..8, not {members}")
+    rng = random.Random(seed)
+    t_out = timeouts or DEFAULT_TIMEOUTS[broker]
+    session = t_out.session
+    n_partitions = partitions if partitions is not None else rng.randint(members, 2 * members + 2)
+    n_proxied = rng.randint(1, members - 1) if broker == "kafka" else 0
+    proxied = set(rng.sample(range(members), n_proxied))
+    specs = tuple(
+        MemberSpec(
+            slot=f"m{i + 1}",
+            instance_id=f"m{i + 1}" if static else None,
+            via_proxy=i in proxied,
+        )
+        for i in range(members)
+    )
+    revoke_work = rng.choice((0.0, 0.0, 0.05, 0.3))
+    table = dict(weights if weights is not None else WEIGHTS[broker])
+    line = _Timeline([_Slot(spec) for spec in specs])
+    t = round(rng.uniform(0.3, gap[0]), 3)
+    while t < fault_window - 0.5:
+        kind = _draw(rng, table, line, t, fault_window, session)
+        if kind is not None:
+            _add(
+                rng,
+                kind,
+                line,
+                t,
+                fault_window,
+                session,
+                broker,
+                hard_restart_probability,
+                fatal_error_probability,
+            )
+        t = round(t + rng.uniform(*gap), 3)
+    return Schedule(
+        seed=seed,
+        broker=broker,
+        static=static,
+        assignor=assignor,
+        partitions=n_partitions,
+        members=specs,
+        timeouts=t_out,
+        fault_window=fault_window,
+        steps=tuple(line.steps),
+        revoke_work=revoke_work,
+        expected_errors=tuple(sorted(line.expected)),
+    )
+
+
+def _duration(rng: random.Random, lo: float, hi: float) -> float:
+    """A duration in ``[lo, hi]``, rounded down to 10 ms (so that it never ends late)."""
+    return math.floor(rng.uniform(lo, hi) * 100) / 100
+
+
+def _pause_range(session: float) -> tuple[float, float]:
+    return session * 1.2, session * 1.2 + 5.0
+
+
+def _possible(kind: str, line: _Timeline, t: float, window: float, session: float) -> bool:
+    """Whether ``kind`` can start at ``t`` given what the timeline holds then."""
+    usable = [s for s in line.slots if s.usable(t)]
+    if kind == "crash" or kind == "leave":
+        return bool(usable) and line.alive() > 1  # someone must be left at the end
+    if kind == "pause":
+        return bool(usable) and t + _pause_range(session)[0] <= window
+    if kind == "rejoin":
+        return any(not s.alive and s.down_since + 0.5 <= t for s in line.slots)
+    if kind in PROXY_FAULTS:
+        if not any(s.spec.via_proxy for s in line.slots) or line.proxy_free_at > t:
+            return False
+        return kind == "cut" or t + 2.0 <= window
+    if kind in ("broker_restart", "tansu_restart"):
+        return line.broker_free_at <= t and t + 2.0 <= window
+    if kind == "broker_down":
+        return line.broker_free_at <= t and t + 1.0 <= window
+    return True
+
+
+def _draw(
+    rng: random.Random,
+    table: Mapping[str, float],
+    line: _Timeline,
+    t: float,
+    window: float,
+    session: float,
+) -> str | None:
+    kinds = [k for k in sorted(table) if table[k] > 0 and _possible(k, line, t, window, session)]
+    if not kinds:
+        return None
+    return rng.choices(kinds, weights=[table[k] for k in kinds])[0]
+
+
+def _add(
+    rng: random.Random,
+    kind: str,
+    line: _Timeline,
+    t: float,
+    window: float,
+    session: float,
+    broker: str,
+    hard_restart_probability: float,
+    fatal_error_probability: float,
+) -> None:
+    steps = line.steps
+    if kind in ("crash", "leave", "pause"):
+        slot = rng.choice([s for s in line.slots if s.usable(t)])
+        if kind == "pause":
+            lo, hi = _pause_range(session)
+            duration = _duration(rng, lo, min(hi, window - t))
+            slot.paused_until = t + duration
+            steps.append(Step.make(t, kind, member=slot.spec.slot, duration=duration))
+        else:
+            slot.alive, slot.down_since = False, t
+            steps.append(Step.make(t, kind, member=slot.spec.slot))
+    elif kind == "rejoin":
+        slot = rng.choice([s for s in line.slots if not s.alive and s.down_since + 0.5 <= t])
+        slot.alive, slot.paused_until = True, 0.0
+        steps.append(Step.make(t, kind, member=slot.spec.slot))
+    elif kind == "black_hole":
+        duration = _duration(rng, 2.0, min(session * 1.6, window - t))
+        line.proxy_free_at = t + duration + 0.5
+        steps.append(
+            Step.make(
+                t,
+                kind,
+                duration=duration,
+                direction=rng.choice(("both", "both", "upstream", "downstream")),
+                end=rng.choice(("heal", "cut")),
+            )
+        )
+    elif kind == "latency":
+        duration = _duration(rng, 2.0, min(8.0, window - t))
+        line.proxy_free_at = t + duration + 0.5
+        steps.append(
+            Step.make(
+                t,
+                kind,
+                duration=duration,
+                seconds=round(rng.uniform(0.05, 1.5), 3),
+                jitter=round(rng.uniform(0.0, 0.5), 3),
+            )
+        )
+    elif kind == "cut":
+        line.proxy_free_at = t + 0.5
+        steps.append(Step.make(t, kind))
+    elif kind == "broker_restart":
+        hard = rng.random() < hard_restart_probability
+        line.broker_free_at = t + RESTART_BUSY["hard" if hard else "soft"]
+        steps.append(Step.make(t, kind, hard=hard))
+    elif kind == "tansu_restart":
+        line.broker_free_at = t + RESTART_BUSY["tansu"]
+        steps.append(Step.make(t, kind))
+    elif kind == "coordinator_move":
+        steps.append(Step.make(t, kind, broker_id=rng.randint(1, 3)))
+    elif kind == "broker_down":
+        duration = _duration(rng, 1.0, min(6.0, window - t))
+        line.broker_free_at = t + duration + 0.5
+        steps.append(Step.make(t, kind, broker_id=rng.randint(1, 3), duration=duration))
+    elif kind == "inject_errors":
+        api = rng.choice(sorted(RETRIABLE_CODES))
+        codes = [rng.choice(RETRIABLE_CODES[api]) for _ in range(rng.randint(1, 4))]
+        if (
+            api in ("JoinGroup", "SyncGroup", "Heartbeat")
+            and rng.random() < fatal_error_probability
+        ):
+            codes[rng.randrange(len(codes))] = GROUP_AUTHORIZATION_FAILED
+        for code in codes:
+            if code in FATAL_CODES:
+                line.expected.add(FATAL_CODES[code])
+        steps.append(Step.make(t, kind, api=api, api_key=API_KEYS[api], codes=tuple(codes)))
+    else:  # pragma: no cover - every kind in WEIGHTS is handled above
+        raise ValueError(f"unknown fault kind {kind!r}")
+
+
+# -- seeds -> parameters, and the default cases ---------------------------------------------
+
+
+def schedule_for(broker: str, seed: int, **overrides: Any) -> Schedule:
+    """The schedule of ``seed`` on ``broker``: the member count (3..8), static or dynamic
+    and the assignor are drawn from the seed too, so ``(broker, seed)`` alone replays it.
+    ``overrides`` go to :func:`make_schedule` (e.g. ``fault_window`` for the soak)."""
+    rng = random.Random(f"params/{broker}/{seed}")
+    params: dict[str, Any] = {
+        "members": rng.randint(3, 8),
+        "static": rng.random() < 0.5,
+        "assignor": rng.choice(ASSIGNORS),
+    }
+    if broker == "tansu":
+        # tansu 0.6.0 stalls static groups: some members STABLE keep getting NONE to their
+        # heartbeats while the others loop JoinGroup (same generation) -> SyncGroup ->
+        # REBALANCE_IN_PROGRESS forever. Measured with no fault at all: 4 of 6 static
+        # groups of 4 to 6 members never formed. Static membership is covered on Kafka
+        # and the mock; tansu schedules are dynamic (make_schedule still takes static=True).
+        params["static"] = False
+    params.update(overrides)
+    return make_schedule(seed, broker=broker, **params)
+
+
+def _has(*kinds: str) -> Callable[[Schedule], bool]:
+    return lambda s: set(kinds) <= s.kinds()
+
+
+#: What the default run must cover, one schedule each: (broker, description, predicate).
+#: Members are capped at 5 there to keep the run inside its time budget.
+DEFAULT_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = (
+    (
+        "kafka",
+        "static, broker restart, black hole, crash and rejoin",
+        lambda s: (
+            s.static
+            and _has("broker_restart", "black_hole", "crash", "rejoin")(s)
+            and not any(st.arg("hard") for st in s.steps)
+        ),
+    ),
+    (
+        "kafka",
+        "dynamic, latency, pause, leave",
+        lambda s: not s.static and _has("latency", "pause", "leave")(s),
+    ),
+    (
+        "tansu",
+        "dynamic, tansu restart, pause, crash",
+        lambda s: not s.static and _has("tansu_restart", "pause", "crash")(s),
+    ),
+    (
+        "kafka",
+        "a hard broker restart (SIGKILL: log recovery), pause, leave",
+        lambda s: any(st.arg("hard") for st in s.steps) and _has("pause", "leave")(s),
+    ),
+    (
+        "mock",
+        "coordinator move, broker down/up, injected errors",
+        _has("coordinator_move", "broker_down", "inject_errors"),
+    ),
+)
+
+
+def default_cases(
+    requirements: Iterable[tuple[str, str, Callable[[Schedule], bool]]] = DEFAULT_REQUIREMENTS,
+    *,
+    max_members: int = 5,
+    max_seed: int = 10_000,
+) -> list[tuple[str, int]]:
+    """``(broker, seed)`` of the default run: for each requirement in turn, the smallest
+    seed whose schedule (:func:`schedule_for`) meets it (pure and deterministic)."""
+    cases: list[tuple[str, int]] = []
+    for broker, what, predicate in requirements:
+        for seed in range(1, max_seed):
+            if (broker, seed) in cases:
+                continue
+            schedule = schedule_for(broker, seed)
+            if len(schedule.members) <= max_members and predicate(schedule):
+                cases.append((broker, seed))
+                break
+        else:  # pragma: no cover - the generator changed so much that nothing qualifies
+            raise LookupError(f"no seed below {max_seed} gives a {broker} schedule with {what}")
+    return cases

@@ -1,0 +1,138 @@
+"""Options, cases and totals of the chaos suite.
+
+Options:
+
+``--chaos-seed N``
+    Replay seed ``N`` (on every broker; select one with ``-k kafka``). With
+    ``--chaos-count K``: seeds ``N`` .. ``N+K-1``.
+``--chaos-count K``
+    Run ``K`` random seeds per broker instead of the default cases (each printed, so any of
+    them replays with ``--chaos-seed``).
+
+Without either, ``test_chaos`` runs :func:`~._schedule.default_cases` (fixed seeds that
+cover every fault kind) and ``test_soak`` (``slow``: only with ``--run-slow``) one random
+long schedule per broker.
+
+After the run, the terminal summary lists every schedule (seed, faults per kind,
+rebalances, time to stable) and the totals; ``chaos-totals.json`` in pytest's base temp
+directory holds the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._cases import KNOWN_BUGS, TOTALS, ChaosCase, Totals
+from ._schedule import BROKERS, default_cases, schedule_for
+
+_MARKS = {"kafka": pytest.mark.kafka, "tansu": pytest.mark.tansu, "mock": pytest.mark.mock_cluster}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("kgroup-chaos", "kgroup chaos suite")
+    group.addoption("--chaos-seed", type=int, default=None, help="replay this chaos seed")
+    group.addoption(
+        "--chaos-count", type=int, default=None, help="run this many random seeds per broker"
+    )
+    group.addoption(
+        "--chaos-logs",
+        default=None,
+        help="where member logs go (default $KGROUP_CHAOS_LOGS or TMPDIR/kgroup-chaos; "
+        f"the newest {KEEP_SESSIONS} sessions are kept)",
+    )
+
+
+#: Session directories of member logs kept under the log root.
+KEEP_SESSIONS = 10
+
+
+@pytest.fixture(scope="session")
+def chaos_logdir(request: pytest.FixtureRequest) -> Path:
+    """This session's directory of member logs, outside pytest's rotating temp dirs (which
+    other sessions on a shared machine prune): ``ROOT/run-DATE-TIME-PID``."""
+    option = request.config.getoption("--chaos-logs", default=None)
+    root = Path(
+        option
+        or os.environ.get("KGROUP_CHAOS_LOGS")
+        or Path(tempfile.gettempdir()) / "kgroup-chaos"
+    )
+    root.mkdir(parents=True, exist_ok=True)
+    session = root / time.strftime(f"run-%Y%m%d-%H%M%S-{os.getpid()}")
+    session.mkdir()
+    old = sorted((p for p in root.glob("run-*") if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    for stale in old[:-KEEP_SESSIONS]:
+        shutil.rmtree(stale, ignore_errors=True)
+    return session
+
+
+def _seeds(config: pytest.Config) -> list[int] | None:
+    seed = config.getoption("--chaos-seed", default=None)
+    count = config.getoption("--chaos-count", default=None)
+    if seed is None and count is None:
+        return None
+    if seed is None:
+        system = random.SystemRandom()
+        return [system.randint(1, 999_999) for _ in range(count)]
+    return list(range(seed, seed + (count or 1)))
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "chaos_case" not in metafunc.fixturenames:
+        return
+    soak = metafunc.function.__name__ == "test_soak"
+    seeds = _seeds(metafunc.config)
+    if seeds is not None:
+        cases = [ChaosCase(b, s, soak) for b in BROKERS for s in seeds]
+    elif soak:
+        system = random.SystemRandom()
+        cases = [ChaosCase(b, system.randint(1, 999_999), True) for b in BROKERS]
+    else:
+        cases = [ChaosCase(b, s) for b, s in default_cases()]
+    params = []
+    for case in cases:
+        marks: list[Any] = [_MARKS[case.broker]]
+        reason = KNOWN_BUGS.get((case.test, case.broker, case.seed))
+        if reason:
+            marks.append(pytest.mark.xfail(strict=True, reason=reason))
+        label = (
+            schedule_for(case.broker, case.seed).label
+            if not soak
+            else f"{case.broker}-seed{case.seed}"
+        )
+        params.append(pytest.param(case, marks=marks, id=label))
+    metafunc.parametrize("chaos_case", params)
+
+
+@pytest.fixture(scope="session")
+def chaos_totals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Totals]:
+    yield TOTALS
+    path = tmp_path_factory.getbasetemp() / "chaos-totals.json"
+    path.write_text(json.dumps(TOTALS.to_json(), indent=2) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    if not TOTALS.lines:
+        return
+    tr = terminalreporter
+    tr.section("kgroup chaos")
+    for line in TOTALS.lines:
+        tr.write_line(line)
+    data = TOTALS.to_json()
+    per_broker = ", ".join(f"{b} {n}" for b, n in sorted(TOTALS.schedules.items()))
+    tr.write_line(f"schedules: {data['schedules_total']} ({per_broker})")
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(TOTALS.faults.items()))
+    tr.write_line(f"faults injected: {data['faults_total']} ({faults})")
+    for line in TOTALS.failed:
+        tr.write_line(f"FAILED {line}")
+    for line in TOTALS.stalled:
+        tr.write_line(f"broker stalled (not counted against kgroup) {line}")

@@ -1,0 +1,148 @@
+"""The schedule generator: pure, seeded, serialisable, and consistent with its own rules.
+
+No broker here: these run in milliseconds, over many seeds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from ._runner import stable_bound
+from ._schedule import (
+    ASSIGNORS,
+    BROKERS,
+    DEFAULT_REQUIREMENTS,
+    FAULT_KINDS,
+    PROXY_FAULTS,
+    WEIGHTS,
+    Schedule,
+    Step,
+    default_cases,
+    make_schedule,
+    schedule_for,
+)
+
+SEEDS = range(1, 301)
+
+
+@pytest.mark.parametrize("broker", BROKERS)
+def test_same_seed_same_schedule_and_other_seeds_differ(broker: str) -> None:
+    a = make_schedule(7, broker=broker, members=5, static=True, assignor="roundrobin")
+    b = make_schedule(7, broker=broker, members=5, static=True, assignor="roundrobin")
+    assert a == b
+    assert str(a) == str(b)
+    others = [make_schedule(s, broker=broker, members=5, static=True) for s in range(8, 20)]
+    assert all(o.steps != a.steps for o in others)
+
+
+@pytest.mark.parametrize("broker", BROKERS)
+def test_json_round_trip(broker: str) -> None:
+    for seed in range(1, 50):
+        schedule = schedule_for(broker, seed)
+        text = schedule.dumps()
+        json.loads(text)  # plain JSON
+        assert Schedule.from_json(text) == schedule
+        assert Schedule.from_json(json.loads(text)) == schedule
+
+
+def test_parameters_are_validated() -> None:
+    with pytest.raises(ValueError, match="members"):
+        make_schedule(1, broker="kafka", members=2, static=False)
+    with pytest.raises(ValueError, match="broker"):
+        make_schedule(1, broker="redpanda", members=3, static=False)
+
+
+def test_the_assignor_is_a_parameter() -> None:
+    schedule = make_schedule(3, broker="mock", members=3, static=False, assignor="cooperative")
+    assert schedule.assignor == "cooperative"
+    assert {schedule_for("kafka", s).assignor for s in range(1, 40)} == set(ASSIGNORS)
+
+
+@pytest.mark.parametrize("broker", BROKERS)
+def test_schedules_keep_their_own_rules(broker: str) -> None:
+    seen: set[str] = set()
+    for seed in SEEDS:
+        s = schedule_for(broker, seed)
+        seen |= s.kinds()
+        assert 3 <= len(s.members) <= 8
+        if broker == "tansu":
+            assert not s.static, "tansu stalls static groups (schedule_for)"
+        assert all(k in WEIGHTS[broker] for k in s.kinds()), "a fault of another broker"
+        assert list(s.steps) == sorted(s.steps, key=lambda st: st.at)
+        # every fault starts and ends inside the window
+        assert all(0 <= st.at and st.end <= s.fault_window for st in s.steps)
+        # static members carry their slot as instance id; only Kafka members use the proxy
+        assert all((m.instance_id == m.slot) == s.static for m in s.members)
+        proxied = [m.via_proxy for m in s.members]
+        if broker == "kafka":
+            assert any(proxied) and not all(proxied), "some members direct, some proxied"
+        else:
+            assert not any(proxied)
+        _check_member_timeline(s)
+        _check_exclusive(s, PROXY_FAULTS)
+        _check_exclusive(s, ("broker_restart", "tansu_restart", "broker_down"))
+        bound, terms = stable_bound(s)
+        assert bound == pytest.approx(sum(v for _, v in terms))
+        assert bound > s.timeouts.session + s.timeouts.max_poll_ms / 1000
+    assert seen == set(WEIGHTS[broker]), f"kinds never drawn: {set(WEIGHTS[broker]) - seen}"
+
+
+def _check_member_timeline(s: Schedule) -> None:
+    """Crash, pause and leave hit running, unpaused members; rejoin only fills a slot that
+    is down; at least one member is always left."""
+    alive = {m.slot: True for m in s.members}
+    paused_until = {m.slot: 0.0 for m in s.members}
+    for step in s.steps:
+        slot = step.member
+        if step.kind in ("crash", "leave", "pause"):
+            assert slot is not None and alive[slot] and paused_until[slot] <= step.at, step
+            if step.kind == "pause":
+                assert step.duration > s.timeouts.session, "a pause outlasts the session"
+                paused_until[slot] = step.end
+            else:
+                alive[slot] = False
+                assert any(alive.values()), "the last member went away"
+        elif step.kind == "rejoin":
+            assert slot is not None and not alive[slot], step
+            alive[slot] = True
+
+
+def _check_exclusive(s: Schedule, kinds: tuple[str, ...]) -> None:
+    steps = [st for st in s.steps if st.kind in kinds]
+    for a, b in itertools.pairwise(steps):
+        assert a.end <= b.at, f"{a} overlaps {b}"
+
+
+def test_an_injected_fatal_code_makes_its_error_expected() -> None:
+    found = 0
+    for seed in SEEDS:
+        s = schedule_for("mock", seed)
+        fatal = any(30 in st.arg("codes", ()) for st in s.steps if st.kind == "inject_errors")
+        assert ("GroupAuthorizationFailed" in s.expected_errors) == fatal
+        found += fatal
+    assert found, "no schedule draws a fatal code"
+
+
+def test_default_cases_cover_every_fault_kind_and_both_memberships() -> None:
+    cases = default_cases()
+    assert len(cases) == len(DEFAULT_REQUIREMENTS)
+    schedules = [schedule_for(b, s) for b, s in cases]
+    for (broker, what, predicate), s in zip(DEFAULT_REQUIREMENTS, schedules, strict=True):
+        assert s.broker == broker and predicate(s), what
+        assert len(s.members) <= 5
+    covered = set().union(*(s.kinds() for s in schedules))
+    assert covered == set(FAULT_KINDS)
+    kafka = [s for s in schedules if s.broker == "kafka"]
+    assert {s.static for s in kafka} == {True, False}
+    assert default_cases() == cases, "pure: the same every time"
+
+
+def test_printable() -> None:
+    s = schedule_for("kafka", 1)
+    text = str(s)
+    assert s.label in text and "session 6000 ms" in text
+    assert all(str(step) in text for step in s.steps)
+    assert str(Step.make(1.5, "crash", member="m2")) == "+  1.50s  crash            member=m2"
