@@ -134,5 +134,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     tr.write_line(f"faults injected: {data['faults_total']} ({faults})")
     for line in TOTALS.failed:
         tr.write_line(f"FAILED {line}")
+    for line in TOTALS.notes:
+        tr.write_line(f"note: {line}")
     for line in TOTALS.stalled:
         tr.write_line(f"broker stalled (not counted against kgroup) {line}")
