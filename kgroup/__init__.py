@@ -17,6 +17,7 @@ from ._core._consumer_protocol import Assignment, Subscription, TopicPartition
 from ._core._state import Generation, MemberState
 from ._errors import (
     AssignmentError,
+    AuthenticationFailed,
     CommitFailed,
     ConfigError,
     CoordinatorError,
@@ -34,6 +35,7 @@ from ._errors import (
     ProtocolViolation,
     RebalanceInProgress,
     RemoteProtocolError,
+    TopicAuthorizationFailed,
     UnexpectedBrokerError,
     UnsupportedVersion,
     UsageError,
@@ -45,6 +47,7 @@ __all__ = [
     "Assignment",
     "AssignmentError",
     "Assignor",
+    "AuthenticationFailed",
     "CommitFailed",
     "ConfigError",
     "CoordinatorError",
@@ -72,6 +75,7 @@ __all__ = [
     "RemoteProtocolError",
     "RoundRobinAssignor",
     "Subscription",
+    "TopicAuthorizationFailed",
     "TopicPartition",
     "UnexpectedBrokerError",
     "UnsupportedVersion",

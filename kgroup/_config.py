@@ -7,6 +7,7 @@ one. Every rule violation raises :class:`~kgroup.ConfigError` naming the field a
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -33,7 +34,10 @@ DEFAULT_RETRY_BACKOFF_MS = 100
 DEFAULT_RETRY_BACKOFF_MAX_MS = 1_000
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 DEFAULT_CLOSE_TIMEOUT_MS = 30_000
+DEFAULT_LOOP_STALL_WARN_MS = 500
 INT32_MAX = 2**31 - 1
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 _LEGAL_NAME = re.compile(r"[a-zA-Z0-9._-]+")
 
@@ -87,6 +91,19 @@ class GroupConfig:
       do not), or ``True`` / ``False`` to choose explicitly (KIP-1092).
     - ``client_id`` [client.id]: sent in every request header.
     - ``rack_id`` [client.rack]: sent in the subscription (v3).
+    - ``isolate_heartbeat``: run the coordinator side (heartbeat task, coordinator
+      connection, join requests) on its own event loop in a background thread, so a
+      handler that blocks the application's loop cannot starve heartbeats (README, "A
+      heartbeat the loop cannot starve"). Default ``False``.
+    - ``loop_stall_warn_ms`` (500): a heartbeat that runs this much later than it was due
+      logs ``heartbeat.late`` with the lag.
+    - ``security_protocol`` [security.protocol]: ``PLAINTEXT`` (default), ``SSL``,
+      ``SASL_PLAINTEXT`` or ``SASL_SSL``.
+    - ``ssl_context``: an :class:`ssl.SSLContext`; or ``ssl_cafile``, ``ssl_certfile``,
+      ``ssl_keyfile`` and ``ssl_key_password`` to build one.
+    - ``sasl_mechanism`` [sasl.mechanism]: ``PLAIN``, ``SCRAM-SHA-256`` or
+      ``SCRAM-SHA-512``, with ``sasl_username`` and ``sasl_password``. Secrets never appear
+      in ``repr()``, logs or error messages.
     """
 
     bootstrap_servers: str | Sequence[str]
@@ -104,6 +121,17 @@ class GroupConfig:
     leave_group_on_close: bool | None = None
     client_id: str = "kgroup"
     rack_id: str | None = None
+    isolate_heartbeat: bool = False
+    loop_stall_warn_ms: int = DEFAULT_LOOP_STALL_WARN_MS
+    security_protocol: str = "PLAINTEXT"
+    ssl_context: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_key_password: str | None = field(default=None, repr=False)
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
     brokers: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -161,6 +189,7 @@ class GroupConfig:
             "retry_backoff_max_ms",
             "request_timeout_ms",
             "close_timeout_ms",
+            "loop_stall_warn_ms",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
@@ -183,6 +212,61 @@ class GroupConfig:
             raise ConfigError("client_id", "must be a string")
         if self.leave_group_on_close not in (None, True, False):
             raise ConfigError("leave_group_on_close", "must be None, True or False")
+        if not isinstance(self.isolate_heartbeat, bool):
+            raise ConfigError("isolate_heartbeat", "must be True or False")
+        self._check_security()
+
+    def _check_security(self) -> None:
+        if self.security_protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                "security_protocol",
+                f"{self.security_protocol!r} is not one of {', '.join(SECURITY_PROTOCOLS)}",
+            )
+        if self.ssl_context is not None and not isinstance(self.ssl_context, ssl.SSLContext):
+            raise ConfigError("ssl_context", "must be an ssl.SSLContext")
+        for name in (
+            "ssl_cafile",
+            "ssl_certfile",
+            "ssl_keyfile",
+            "ssl_key_password",
+            "sasl_username",
+            "sasl_password",
+        ):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or not value):
+                # never echo the value: it may be a secret
+                raise ConfigError(name, "must be a non-empty string or None")
+        uses_ssl = self.security_protocol in ("SSL", "SASL_SSL")
+        ssl_files = (self.ssl_cafile, self.ssl_certfile, self.ssl_keyfile, self.ssl_key_password)
+        if not uses_ssl and (self.ssl_context is not None or any(ssl_files)):
+            raise ConfigError(
+                "security_protocol",
+                f"SSL settings are given but security_protocol is {self.security_protocol}; "
+                "use SSL or SASL_SSL",
+            )
+        if self.ssl_context is not None and any(ssl_files):
+            raise ConfigError("ssl_context", "give either ssl_context or the ssl_* files, not both")
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise ConfigError("ssl_keyfile", "needs ssl_certfile")
+        uses_sasl = self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+        if uses_sasl:
+            if self.sasl_mechanism not in SASL_MECHANISMS:
+                raise ConfigError(
+                    "sasl_mechanism",
+                    f"{self.sasl_mechanism!r} is not one of {', '.join(SASL_MECHANISMS)} "
+                    f"(required by security_protocol {self.security_protocol})",
+                )
+            if self.sasl_username is None or self.sasl_password is None:
+                raise ConfigError(
+                    "sasl_username" if self.sasl_username is None else "sasl_password",
+                    f"SASL {self.sasl_mechanism} needs sasl_username and sasl_password",
+                )
+        elif self.sasl_mechanism is not None or self.sasl_username or self.sasl_password:
+            raise ConfigError(
+                "security_protocol",
+                f"SASL settings are given but security_protocol is {self.security_protocol}; "
+                "use SASL_PLAINTEXT or SASL_SSL",
+            )
 
     @property
     def is_static(self) -> bool:

@@ -30,9 +30,11 @@ traceback says which membership failed (httpx attaches ``.request`` the same way
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 __all__ = [
     "AssignmentError",
+    "AuthenticationFailed",
     "CommitFailed",
     "ConfigError",
     "CoordinatorError",
@@ -50,6 +52,7 @@ __all__ = [
     "ProtocolViolation",
     "RebalanceInProgress",
     "RemoteProtocolError",
+    "TopicAuthorizationFailed",
     "UnexpectedBrokerError",
     "UnsupportedVersion",
     "UsageError",
@@ -208,6 +211,19 @@ class CommitFailed(KGroupError):
 
 class RebalanceInProgress(KGroupError):
     """The group is rebalancing: call ``poll()`` to complete the rebalance, then retry."""
+
+
+class AuthenticationFailed(KGroupError):
+    """The broker rejected this client's credentials (SASL) or TLS handshake. Fatal: retrying
+    with the same configuration cannot succeed. The message never contains the secret."""
+
+
+class TopicAuthorizationFailed(KGroupError):
+    """The principal may not read (or commit for) these topics. ``topics`` lists them."""
+
+    def __init__(self, topics: Iterable[str], message: str = "") -> None:
+        self.topics = tuple(sorted(set(topics)))
+        super().__init__(message or f"not authorized for topics: {', '.join(self.topics)}")
 
 
 class CoordinatorError(KGroupError):

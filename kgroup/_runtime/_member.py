@@ -318,6 +318,16 @@ class GroupMember:
             self._coord_conn, self._coord_for = conn, coord
             return conn
 
+    async def _coordinator_request(self, request: Any, timeout_ms: int) -> Any:
+        """Send one request to the group coordinator and return its response value.
+
+        The seam for request kinds the core does not drive itself (OffsetCommit, OffsetFetch):
+        it raises ``CoordinatorError`` when the coordinator is unknown or unreachable and
+        ``RemoteProtocolError`` for a malformed answer (the connection is dropped then).
+        """
+        conn = await self._coordinator_connection()
+        return await conn.request(request, timeout_ms)
+
     def _ensure_lookup(self) -> asyncio.Task[None]:
         if self._lookup is None or self._lookup.done():
             self._lookup = self._tasks.spawn(self._lookup_once(), "kgroup-find-coordinator")
