@@ -25,7 +25,7 @@ import contextlib
 import enum
 import inspect
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, TypeVar
 
 from .._config import GroupConfig
 from .._core._consumer_protocol import TopicPartition
@@ -65,6 +65,8 @@ from .._log import log_core_event, logger
 from ._connection import BrokerConnection, Cluster
 
 __all__ = ["GroupMember"]
+
+_T = TypeVar("_T")
 
 
 class _Lifecycle(enum.Enum):
@@ -317,6 +319,12 @@ class GroupMember:
                 raise CoordinatorError("coordinator changed while connecting")
             self._coord_conn, self._coord_for = conn, coord
             return conn
+
+    def _core_call(self, fn: Callable[[MemberCore], _T]) -> _T:
+        """Run ``fn`` on the open member's core. Code outside this module (offsets, the
+        records consumer) reads and changes the core only through here, so that a mode
+        that shares the core between two event loops can serialise access in one place."""
+        return fn(self._check_open())
 
     async def _coordinator_request(self, request: Any, timeout_ms: int) -> Any:
         """Send one request to the group coordinator and return its response value.
