@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import math
 import random
+from collections import deque
 from collections.abc import Callable
 
-__all__ = ["ExponentialBackoff", "HeartbeatTimers", "Lease", "Timer"]
+__all__ = [
+    "ExponentialBackoff",
+    "HeartbeatStats",
+    "HeartbeatTimers",
+    "Lease",
+    "SampleWindow",
+    "Timer",
+]
 
 
 class Timer:
@@ -186,3 +194,121 @@ class Lease:
     def rebalance_deadline(self, default: float) -> float:
         proof = self.rebalance_proof
         return default if proof is None else proof + self.rebalance_timeout_ms
+
+
+class SampleWindow:
+    """The last ``size`` samples of a duration (ms) and their p50, p99 and max.
+
+    Percentiles use the nearest-rank method over the samples held: ``p`` is the smallest
+    sample with at least ``p`` percent of the samples at or below it. An empty window
+    reports ``None`` for each.
+    """
+
+    __slots__ = ("_samples",)
+
+    def __init__(self, size: int = 1024) -> None:
+        if size < 1:
+            raise ValueError(f"size must be at least 1, got {size}")
+        self._samples: deque[float] = deque(maxlen=size)
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def add(self, value: float) -> None:
+        self._samples.append(value)
+
+    def summary(self) -> dict[str, float | None]:
+        if not self._samples:
+            return {"p50": None, "p99": None, "max": None}
+        ordered = sorted(self._samples)
+
+        def rank(p: float) -> float:
+            return ordered[max(0, math.ceil(p / 100.0 * len(ordered)) - 1)]
+
+        return {"p50": rank(50), "p99": rank(99), "max": ordered[-1]}
+
+
+class HeartbeatStats:
+    """What the heartbeat driver did, and how late it woke: counters, lateness, round trips.
+
+    Lateness is how long after the heartbeat timer expired the driver actually ran. It is
+    sampled only after the driver waited *for that timer* (:meth:`waiting`, with a deadline
+    still in the future), on its first run at or after the deadline (:meth:`woke`),
+    whatever the driver then decides (send, or notice the session expired). So it measures
+    the delay of the driver's own wake-up: an event loop blocked by application code (or a
+    starved thread) shows as lateness; a slow broker does not (that shows in the round
+    trip), nor do periods without heartbeats (rebalance, coordinator unknown:
+    :meth:`idle`). No clock is read here: every ``now`` comes from the caller.
+    """
+
+    __slots__ = (
+        "_due",
+        "acknowledged",
+        "failed",
+        "last_lateness_ms",
+        "late",
+        "lateness",
+        "rtt",
+        "sent",
+        "stall_warn_ms",
+    )
+
+    def __init__(self, *, stall_warn_ms: float, window: int = 1024) -> None:
+        self.stall_warn_ms = stall_warn_ms
+        self.sent = 0
+        self.acknowledged = 0
+        self.failed = 0
+        self.late = 0
+        self.last_lateness_ms: float | None = None
+        self.lateness = SampleWindow(window)
+        self.rtt = SampleWindow(window)
+        self._due: float | None = None
+
+    @property
+    def due(self) -> float | None:
+        """When the heartbeat the driver waits for is due (ms), if it waits for one."""
+        return self._due
+
+    def waiting(self, due: float, now: float) -> None:
+        """The driver waits, and the next heartbeat is due at ``due``."""
+        self._due = due if due > now else None
+
+    def idle(self) -> None:
+        """The driver does not wait for the heartbeat timer (disabled, coordinator unknown,
+        sending)."""
+        self._due = None
+
+    def woke(self, now: float) -> float | None:
+        """The driver runs at ``now``. Returns the lateness (ms) when a heartbeat it waited
+        for was due by then (and records it), else None."""
+        due = self._due
+        if due is None or now < due:
+            return None
+        self._due = None
+        lateness = now - due
+        self.last_lateness_ms = lateness
+        self.lateness.add(lateness)
+        if lateness > self.stall_warn_ms:
+            self.late += 1
+        return lateness
+
+    def is_late(self, lateness_ms: float) -> bool:
+        """Whether ``lateness_ms`` is past the warning threshold."""
+        return lateness_ms > self.stall_warn_ms
+
+    def sending(self) -> None:
+        self.sent += 1
+        self._due = None
+
+    def answered(self, sent_at: float, now: float, *, ok: bool) -> None:
+        """The coordinator answered the heartbeat sent at ``sent_at``; ``ok`` when the answer
+        kept the session alive (no error, or REBALANCE_IN_PROGRESS)."""
+        self.rtt.add(max(0.0, now - sent_at))
+        if ok:
+            self.acknowledged += 1
+        else:
+            self.failed += 1
+
+    def lost(self) -> None:
+        """The heartbeat got no answer (disconnect, timeout, local error)."""
+        self.failed += 1

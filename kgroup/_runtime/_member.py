@@ -16,14 +16,26 @@ Tasks (all created through :class:`_TaskOwner`, which ``close()`` cancels and aw
   drivers.
 
 User callbacks run only in ``poll()`` and ``close()``, in the caller's task (KIP-62).
+
+Isolated mode (``GroupConfig.isolate_heartbeat``): the heartbeat, lease, lookup and join
+chain tasks, the coordinator connection and the bootstrap ``Cluster`` live on a private
+event loop in a background thread (:class:`LoopThread`); ``poll()``, ``close()`` and the
+callbacks stay on the application's loop. The two loops wake each other with thread-safe
+``Event`` sets, and every synchronous call into the core (and the core events it fires) runs
+under ``_lock``, never held across an ``await``. In the default mode both "loops" are the
+application's loop and every hop is a direct call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import enum
+import functools
 import inspect
+import threading
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -51,9 +63,11 @@ from .._core._member import (
 )
 from .._core._messages import LeaveGroupRequest, LeaveGroupResponse
 from .._core._state import Coordinator, Generation, MemberState
+from .._core._timers import HeartbeatStats
 from .._errors import (
     AssignmentError,
     CoordinatorError,
+    ErrorCode,
     KGroupError,
     ListenerError,
     RemoteProtocolError,
@@ -63,10 +77,51 @@ from .._errors import (
 from .._listener import RebalanceListener
 from .._log import log_core_event, logger
 from ._connection import BrokerConnection, Cluster
+from ._loop_thread import LoopThread, set_event, task_future
 
 __all__ = ["GroupMember"]
 
 _T = TypeVar("_T")
+
+#: Heartbeat answers that kept the session alive (spec §4.4).
+_ALIVE_CODES = frozenset({ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS})
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    """Retrieve an abandoned future's outcome so that asyncio does not warn about it."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+def _require_asyncio() -> asyncio.AbstractEventLoop:
+    """The running asyncio loop, or a UsageError that says what runs instead."""
+    loop = _running_loop()
+    if loop is not None:
+        return loop
+    library = None
+    try:
+        import sniffio
+
+        library = sniffio.current_async_library()
+    except Exception:  # sniffio absent, or no async library detected
+        library = None
+    if library is not None and library != "asyncio":
+        raise UsageError(
+            f"kgroup needs asyncio, but this code runs under {library}: aiokafka, which "
+            "kgroup uses for its connections, works on asyncio only. Under anyio use "
+            "anyio.run(main, backend='asyncio')"
+        )
+    raise UsageError(
+        "kgroup needs asyncio and found no running asyncio event loop: call it from a "
+        "coroutine run by asyncio.run() (or anyio.run(main, backend='asyncio'))"
+    )
 
 
 class _Lifecycle(enum.Enum):
@@ -140,8 +195,20 @@ class GroupMember:
         self._releasing: frozenset[TopicPartition] = frozenset()
         self._poll_wake = asyncio.Event()
         self._closed_event = asyncio.Event()
+        #: The join chain and lookup tasks live on the coordinator loop (which is the
+        #: application's loop in the default mode).
         self._chain: asyncio.Task[None] | None = None
+        #: Isolated mode: the queued start of the join chain (done once the chain exists).
+        self._chain_start: concurrent.futures.Future[Any] | None = None
         self._lookup: asyncio.Task[None] | None = None
+        #: Serialises every synchronous access to the core (two threads in isolated mode).
+        self._lock = threading.RLock()
+        self._hb_stats = HeartbeatStats(stall_warn_ms=config.loop_stall_warn_ms)
+        #: Isolated mode: the coordinator side's own loop and thread (None otherwise).
+        self._loop_thread: LoopThread | None = None
+        self._app_loop: asyncio.AbstractEventLoop | None = None
+        self._coord_loop: asyncio.AbstractEventLoop | None = None
+        self._abandon_task: asyncio.Task[None] | None = None
         self._cluster = Cluster(
             config.brokers, client_id=config.client_id, request_timeout_ms=config.request_timeout_ms
         )
@@ -149,7 +216,8 @@ class GroupMember:
         self._coord_for: Coordinator | None = None
         self._coord_lock = asyncio.Lock()
         self._closing_conns: set[asyncio.Future[Any]] = set()
-        #: Called with (event name, fields) for every core event (kgroup.testing uses it).
+        #: Called with (event name, fields) for every core event (kgroup.testing uses it),
+        #: always on the application's loop (in isolated mode: soon after the event).
         self._observers: list[Callable[[str, dict[str, Any]], None]] = []
 
     # -- public state ----------------------------------------------------------------------------
@@ -185,31 +253,58 @@ class GroupMember:
         core = self._core
         if core is None:
             return None
-        deadline = core.valid_until
+        with self._lock:
+            deadline = core.valid_until
         return None if deadline is None else deadline / 1000.0
 
     @property
     def is_leader(self) -> bool:
-        return self._core is not None and self._core.is_leader
+        with self._lock:
+            return self._core is not None and self._core.is_leader
 
     @property
     def closed(self) -> bool:
         return self._lifecycle is _Lifecycle.CLOSED
 
     def stats(self) -> dict[str, Any]:
-        """Counters for observability: rebalances, last rebalance duration, heartbeat ages."""
-        core = self._core
-        if core is None:
-            return {"rebalances": 0}
+        """A snapshot for observability (a plain dict; times in ms):
+
+        - ``state``, ``generation``, ``member_id``, ``assignment`` (sorted ``"topic-p"``
+          strings), ``isolated`` (the coordinator side runs on its own thread);
+        - ``rebalances``, ``last_rebalance_ms``, ``last_heartbeat_age_ms``;
+        - ``heartbeats_sent``, ``heartbeats_acknowledged`` (answered with no error or
+          REBALANCE_IN_PROGRESS), ``heartbeats_failed`` (error answer or no answer),
+          ``heartbeats_late`` (ran more than ``loop_stall_warn_ms`` after due);
+        - ``heartbeat_lateness_ms`` and ``heartbeat_rtt_ms``: ``{"p50", "p99", "max"}`` over
+          the last 1024 samples (None values when empty); ``last_heartbeat_lateness_ms``;
+        - ``lease_remaining_ms``: how long the assignment is still vouched for (None when
+          nothing is held; 0 once the lease lapsed).
+        """
         now = self._now()
-        received = core.timers.last_heartbeat_received
-        return {
-            "state": core.state.name,
-            "generation": core.generation.generation_id,
-            "rebalances": core.rebalances,
-            "last_rebalance_ms": core.last_rebalance_ms,
-            "last_heartbeat_age_ms": None if received is None else now - received,
-        }
+        hb = self._hb_stats
+        with self._lock:
+            core = self._core
+            received = None if core is None else core.timers.last_heartbeat_received
+            valid_until = None if core is None else core.valid_until
+            generation = self.generation
+            return {
+                "state": self.state.name,
+                "generation": generation.generation_id,
+                "member_id": generation.member_id,
+                "assignment": sorted(str(tp) for tp in self._embedding.owned),
+                "isolated": self._config.isolate_heartbeat,
+                "rebalances": 0 if core is None else core.rebalances,
+                "last_rebalance_ms": None if core is None else core.last_rebalance_ms,
+                "last_heartbeat_age_ms": None if received is None else now - received,
+                "heartbeats_sent": hb.sent,
+                "heartbeats_acknowledged": hb.acknowledged,
+                "heartbeats_failed": hb.failed,
+                "heartbeats_late": hb.late,
+                "heartbeat_lateness_ms": hb.lateness.summary(),
+                "heartbeat_rtt_ms": hb.rtt.summary(),
+                "last_heartbeat_lateness_ms": hb.last_lateness_ms,
+                "lease_remaining_ms": None if valid_until is None else max(0.0, valid_until - now),
+            }
 
     def __repr__(self) -> str:
         return (
@@ -220,7 +315,12 @@ class GroupMember:
     # -- lifecycle -------------------------------------------------------------------------------
 
     def _now(self) -> float:
-        clock = self._clock or asyncio.get_running_loop().time
+        clock = self._clock
+        if clock is None:
+            try:
+                clock = asyncio.get_running_loop().time
+            except RuntimeError:  # stats() from a thread without a loop: the same clock
+                clock = time.monotonic
         return clock() * 1000.0
 
     async def __aenter__(self) -> GroupMember:
@@ -232,15 +332,14 @@ class GroupMember:
 
     async def start(self) -> None:
         """Start the heartbeat task. Joining happens in the first ``poll()``."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            raise UsageError(
-                "kgroup runs on asyncio only (aiokafka is asyncio-only) and found no running "
-                "asyncio event loop; under anyio use anyio.run(..., backend='asyncio')"
-            ) from None
+        loop = _require_asyncio()
         if self._lifecycle is not _Lifecycle.UNOPENED:
             raise UsageError(f"GroupMember cannot be started: it is {self._lifecycle.value}")
+        self._app_loop = self._coord_loop = loop
+        if self._config.isolate_heartbeat:
+            thread = LoopThread(f"kgroup-coordinator-{self._config.group_id}")
+            thread.start()
+            self._loop_thread, self._coord_loop = thread, thread.loop
         self._core = MemberCore(
             self._config,
             protocol_type=self._embedding.protocol_type,
@@ -250,6 +349,18 @@ class GroupMember:
             holds_assignment=lambda: bool(self._embedding.owned or self._releasing),
         )
         self._lifecycle = _Lifecycle.OPEN
+        if self._loop_thread is None:
+            self._spawn_coordinator_tasks()
+        else:
+            await asyncio.wrap_future(self._loop_thread.call(self._spawn_coordinator_tasks))
+            logger.info(
+                "member.isolated",
+                group=self._config.group_id,
+                thread=f"kgroup-coordinator-{self._config.group_id}",
+            )
+
+    def _spawn_coordinator_tasks(self) -> None:
+        """On the coordinator loop: start the heartbeat and lease tasks."""
         self._tasks.spawn(self._heartbeat_loop(), "kgroup-heartbeat")
         self._tasks.spawn(self._lease_loop(), "kgroup-lease")
 
@@ -264,10 +375,18 @@ class GroupMember:
         return self._core
 
     def _on_core_event(self, event: str, **fields: Any) -> None:
+        # Runs inside a core call, under ``_lock``, on either loop's thread.
         log_core_event(event, **fields)
-        self._lease_wake.set()  # any change may move the lease deadline
-        for observer in self._observers:
-            observer(event, fields)
+        self._wake_lease()  # any change may move the lease deadline
+        if self._observers:
+            app = self._app_loop
+            if self._loop_thread is None or app is None or _running_loop() is app:
+                for observer in self._observers:
+                    observer(event, fields)
+            else:  # observers always run on the application's loop
+                with contextlib.suppress(RuntimeError):
+                    for observer in self._observers:
+                        app.call_soon_threadsafe(observer, event, fields)
         if event in (
             "member.rejoin_requested",
             "member.fatal_error",
@@ -275,11 +394,94 @@ class GroupMember:
             "member.lease_expired",
             "member.lease_renewed",
         ):
-            self._poll_wake.set()
+            self._wake_poll()
         if event == "member.coordinator_lost":
             # Spec §4.0.3: the core forgot the coordinator first; now drop the connection so
             # every request in flight on it fails at once.
-            self._drop_coordinator_connection()
+            self._on_coordinator_loop(self._drop_coordinator_connection)
+
+    # -- crossing between the application's loop and the coordinator loop -----------------------
+
+    def _wake_hb(self) -> None:
+        if self._loop_thread is None:
+            self._hb_wake.set()
+        elif self._coord_loop is not None:
+            set_event(self._hb_wake, self._coord_loop)
+
+    def _wake_lease(self) -> None:
+        if self._loop_thread is None:
+            self._lease_wake.set()
+        elif self._coord_loop is not None:
+            set_event(self._lease_wake, self._coord_loop)
+
+    def _wake_poll(self) -> None:
+        if self._loop_thread is None:
+            self._poll_wake.set()
+        elif self._app_loop is not None:
+            set_event(self._poll_wake, self._app_loop)
+
+    def _on_coordinator_loop(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the coordinator loop: now if this is it, else soon."""
+        thread = self._loop_thread
+        if thread is None or _running_loop() is thread.loop:
+            fn()
+        else:
+            thread.call(fn)
+
+    async def _on_coordinator(self, coro: Coroutine[Any, Any, _T]) -> _T:
+        """Await ``coro`` on the coordinator loop. Cancelling the caller cancels it there."""
+        thread = self._loop_thread
+        if thread is None:
+            return await coro
+        try:
+            return await asyncio.wrap_future(thread.submit(coro))
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if me is not None and me.cancelling():
+                raise  # the caller was cancelled (and so was the coroutine over there)
+            # Cancelled over there, not here: the coordinator loop is shutting down.
+            raise CoordinatorError("member is closed: the coordinator loop stopped") from None
+
+    async def _wait_coordinator_task(
+        self,
+        get: Callable[[], asyncio.Task[Any] | None],
+        deadline: float | None,
+        *,
+        starts_chain: bool = False,
+    ) -> None:
+        """Wait (never cancelling it) for the coordinator-loop task ``get()`` returns (run
+        on that loop: it may start the task), up to ``deadline``. ``get`` runs even if the
+        caller is cancelled first (``LoopThread.call``)."""
+        thread = self._loop_thread
+        if thread is None:
+            task = get()
+            if task is not None:
+                await self._await_task(task, deadline)
+            return
+
+        def mirror() -> concurrent.futures.Future[Any] | None:
+            task = get()
+            return None if task is None else task_future(task)
+
+        started = thread.call(mirror)
+        if starts_chain:
+            self._chain_start = started
+        # Shielded: a cancelled caller must not mark ``started`` done before ``get`` ran
+        # (AwaitJoin reads it to know whether the chain's start is still queued).
+        hop = asyncio.wrap_future(started)
+        hop.add_done_callback(_consume)
+        try:
+            done = await asyncio.shield(hop)
+        except CoordinatorError:
+            if self._lifecycle is _Lifecycle.OPEN:
+                raise
+            return  # closing: the loop is gone
+        if done is None:
+            return
+        waiter = asyncio.wrap_future(done)
+        waiter.add_done_callback(_consume)
+        timeout = None if deadline is None else max(0.0, (deadline - self._now()) / 1000.0)
+        await asyncio.wait({waiter}, timeout=timeout)  # never cancels the task
 
     # -- connections -----------------------------------------------------------------------------
 
@@ -311,8 +513,9 @@ class GroupMember:
                     timeout_ms=self._config.request_timeout_ms,
                 )
             except CoordinatorError as exc:
-                if core.coordinator is coord:
-                    core.on_coordinator_unreachable(self._now(), str(exc))
+                with self._lock:
+                    if core.coordinator is coord:
+                        core.on_coordinator_unreachable(self._now(), str(exc))
                 raise
             if core.coordinator is not coord or self.closed:
                 await conn.aclose()
@@ -321,10 +524,12 @@ class GroupMember:
             return conn
 
     def _core_call(self, fn: Callable[[MemberCore], _T]) -> _T:
-        """Run ``fn`` on the open member's core. Code outside this module (offsets, the
-        records consumer) reads and changes the core only through here, so that a mode
-        that shares the core between two event loops can serialise access in one place."""
-        return fn(self._check_open())
+        """Run ``fn`` on the open member's core, under the core lock. Code outside this
+        module (offsets, the records consumer) reads and changes the core only through
+        here: in isolated mode the coordinator thread uses the core at the same time.
+        ``fn`` must be synchronous and quick (it may not await)."""
+        with self._lock:
+            return fn(self._check_open())
 
     async def _coordinator_request(self, request: Any, timeout_ms: int) -> Any:
         """Send one request to the group coordinator and return its response value.
@@ -333,6 +538,13 @@ class GroupMember:
         it raises ``CoordinatorError`` when the coordinator is unknown or unreachable and
         ``RemoteProtocolError`` for a malformed answer (the connection is dropped then).
         """
+        if self._loop_thread is not None:
+            # Isolated mode: the coordinator connection belongs to the coordinator loop.
+            # Cancelling the caller cancels the request there (asyncio.wrap_future).
+            return await self._on_coordinator(self._coordinator_request_here(request, timeout_ms))
+        return await self._coordinator_request_here(request, timeout_ms)
+
+    async def _coordinator_request_here(self, request: Any, timeout_ms: int) -> Any:
         conn = await self._coordinator_connection()
         return await conn.request(request, timeout_ms)
 
@@ -343,23 +555,34 @@ class GroupMember:
 
     async def _lookup_once(self) -> None:
         core = self._check_open()
+        with self._lock:
+            request = core.find_coordinator_request()
         try:
-            response = await self._cluster.find_coordinator(core.find_coordinator_request())
+            response = await self._cluster.find_coordinator(request)
         except (CoordinatorError, RemoteProtocolError) as exc:
-            core.on_find_coordinator_failed(self._now(), str(exc))
+            with self._lock:
+                core.on_find_coordinator_failed(self._now(), str(exc))
             return
         except KGroupError as exc:
-            core.record_fatal(exc)
+            with self._lock:
+                core.record_fatal(exc)
             return
-        core.on_find_coordinator_response(response, self._now())
-        if core.coordinator is not None:
-            self._hb_wake.set()
+        with self._lock:
+            core.on_find_coordinator_response(response, self._now())
+            found = core.coordinator is not None
+        if found:
+            self._wake_hb()
 
     # -- the heartbeat task ----------------------------------------------------------------------
 
     async def _wait(self, until: float | None) -> None:
-        """Wait for ``_hb_wake`` until ``until`` (ms, the member's clock) or forever."""
+        """Wait for ``_hb_wake`` until ``until`` (ms, the member's clock) or forever. In
+        isolated mode at most one heartbeat interval, so the task notices an application
+        loop that closed without close() (``_abandoned``)."""
         timeout = None if until is None else max(0.0, (until - self._now()) / 1000.0)
+        if self._loop_thread is not None:
+            cap = self._config.heartbeat_interval_ms / 1000.0
+            timeout = cap if timeout is None else min(timeout, cap)
         try:
             await asyncio.wait_for(self._hb_wake.wait(), timeout)
         except TimeoutError:
@@ -367,21 +590,37 @@ class GroupMember:
 
     async def _heartbeat_loop(self) -> None:
         core = self._check_open()
+        stats = self._hb_stats
         try:
             while self._lifecycle is _Lifecycle.OPEN:
+                if self._abandoned():
+                    return
                 self._hb_wake.clear()
-                action = core.heartbeat_action(self._now())
+                now = self._now()
+                with self._lock:
+                    # First: did this run start late for a heartbeat that was due?
+                    due = stats.due
+                    lateness = stats.woke(now)
+                    action = core.heartbeat_action(now)
+                    if isinstance(action, HeartbeatWait):
+                        stats.waiting(core.timers.heartbeat.deadline, now)
+                    else:
+                        stats.idle()
+                if lateness is not None and due is not None and stats.is_late(lateness):
+                    self._log_late(due, lateness)
                 match action:
                     case HeartbeatDisabled(until=until):
                         await self._wait(until)
                     case HeartbeatFindCoordinator(until=until):
-                        if self._now() >= core.find_coordinator_retry_at():
+                        with self._lock:
+                            retry_at = core.find_coordinator_retry_at()
+                        if self._now() >= retry_at:
                             self._ensure_lookup()  # honour the lookup's exponential backoff
                         await self._wait(until)
                     case HeartbeatWait(until=until):
                         await self._wait(until)
                     case SendHeartbeat():
-                        await self._send_heartbeat(core, action)
+                        await self._send_heartbeat(core, action, now)
                     case PollTimeoutLeave(leave=leave):
                         logger.warning(
                             "member.poll_timeout_left",
@@ -394,11 +633,52 @@ class GroupMember:
             raise
         except Exception as exc:  # a bug in kgroup: surface it, never lose it silently
             logger.exception("member.heartbeat_task_crashed", group=self._config.group_id)
-            core.record_fatal(
-                UnexpectedBrokerError(
-                    f"heartbeat task crashed: {exc!r}", group_id=self._config.group_id
+            with self._lock:
+                core.record_fatal(
+                    UnexpectedBrokerError(
+                        f"heartbeat task crashed: {exc!r}", group_id=self._config.group_id
+                    )
                 )
-            )
+
+    def _abandoned(self) -> bool:
+        """Isolated mode: the application's loop closed without ``close()``. Then nobody
+        will poll or close this member: stop heartbeating, close the connections and stop
+        the coordinator thread instead of heartbeating until the process exits. (The group
+        notices when the session times out, as after a crash.)"""
+        app, thread = self._app_loop, self._loop_thread
+        if thread is None or app is None or not app.is_closed():
+            return False
+        logger.warning(
+            "member.abandoned",
+            group=self._config.group_id,
+            member_id=self.member_id,
+            reason="the application's event loop closed without close() or abort()",
+        )
+        self._lifecycle = _Lifecycle.CLOSING
+
+        async def stop() -> None:
+            try:
+                await self._shutdown_coordinator_side()
+            finally:
+                thread.stop_soon()
+                self._lifecycle = _Lifecycle.CLOSED
+
+        # Not owned by _tasks (it cancels them); the loop thread cancels/awaits it at stop.
+        self._abandon_task = asyncio.get_running_loop().create_task(stop(), name="kgroup-abandon")
+        return True
+
+    def _log_late(self, due: float, lateness: float) -> None:
+        generation = self.generation
+        logger.warning(
+            "heartbeat.late",
+            group=self._config.group_id,
+            member_id=generation.member_id,
+            generation=generation.generation_id,
+            lag_ms=round(lateness, 1),
+            due=round(due, 1),
+            threshold_ms=self._config.loop_stall_warn_ms,
+            isolated=self._loop_thread is not None,
+        )
 
     async def _lease_loop(self) -> None:
         """Check the member's lease at its deadline, even while the heartbeat task waits
@@ -407,26 +687,37 @@ class GroupMember:
         core = self._check_open()
         while self._lifecycle is _Lifecycle.OPEN:
             self._lease_wake.clear()
-            expired = core.check_lease(self._now())
-            until = None if expired else core.valid_until
+            with self._lock:
+                expired = core.check_lease(self._now())
+                until = None if expired else core.valid_until
             timeout = None if until is None else max(0.0, (until - self._now()) / 1000.0)
             try:
                 await asyncio.wait_for(self._lease_wake.wait(), timeout)
             except TimeoutError:
                 pass
 
-    async def _send_heartbeat(self, core: MemberCore, action: SendHeartbeat) -> None:
+    async def _send_heartbeat(self, core: MemberCore, action: SendHeartbeat, sent: float) -> None:
+        stats = self._hb_stats
+        with self._lock:
+            stats.sending()
         try:
             conn = await self._coordinator_connection()
             response = await conn.request(action.request, action.timeout_ms)
         except (CoordinatorError, RemoteProtocolError) as exc:
-            core.on_heartbeat_failed(self._now(), str(exc))
+            with self._lock:
+                stats.lost()
+                core.on_heartbeat_failed(self._now(), str(exc))
             return
         except KGroupError as exc:
-            core.timers.failed(self._now())
-            core.record_fatal(exc)
+            with self._lock:
+                stats.lost()
+                core.timers.failed(self._now())
+                core.record_fatal(exc)
             return
-        core.on_heartbeat_response(action.generation, response, self._now())
+        now = self._now()
+        with self._lock:
+            stats.answered(sent, now, ok=response.error_code in _ALIVE_CODES)
+            core.on_heartbeat_response(action.generation, response, now)
 
     async def _send_leave(self, leave: LeaveGroupRequest) -> None:
         """Best effort: sent once, never retried; errors are only logged (§4.5)."""
@@ -450,25 +741,32 @@ class GroupMember:
     async def _run_chain(self, core: MemberCore, action: SendJoinGroup) -> None:
         """JoinGroup, then (leader) assignment, then SyncGroup; every outcome reported to
         the core, which decides what happens next."""
+        lock = self._lock
         try:
             conn = await self._coordinator_connection()
             join = await conn.request(action.request, action.timeout_ms)
-            step = core.on_join_response(join, self._now())
-            if core.heartbeat_enabled:
-                self._hb_wake.set()
+            with lock:
+                step = core.on_join_response(join, self._now())
+                enabled = core.heartbeat_enabled
+            if enabled:
+                self._wake_hb()
             if isinstance(step, ComputeAssignment):
                 topics = self._embedding.metadata_topics(step.members)
                 counts = await self._cluster.partitions_for(topics)
                 assignments = self._embedding.assign(step.protocol_name, step.members, counts)
-                step = core.assignment_computed(assignments, now=self._now())
+                with lock:
+                    step = core.assignment_computed(assignments, now=self._now())
             if isinstance(step, SendSyncGroup):
                 conn = await self._coordinator_connection()
                 sync = await conn.request(step.request, step.timeout_ms)
-                core.on_sync_response(sync, self._now())
+                with lock:
+                    core.on_sync_response(sync, self._now())
         except (CoordinatorError, RemoteProtocolError) as exc:
-            core.on_join_failed(self._now(), str(exc))
+            with lock:
+                core.on_join_failed(self._now(), str(exc))
         except KGroupError as exc:
-            core.chain_failed_fatal(exc)
+            with lock:
+                core.chain_failed_fatal(exc)
 
     # -- poll ------------------------------------------------------------------------------------
 
@@ -544,14 +842,17 @@ class GroupMember:
         callback raised (after the rebalance step completed).
         """
         core = self._check_open()
-        if core.poll(self._now()):
-            self._hb_wake.set()
+        with self._lock:
+            due = core.poll(self._now())
+        if due:
+            self._wake_hb()
         deadline = None if timeout is None else self._now() + max(0.0, timeout) * 1000.0
         errors: list[ListenerError] = []
         completed = False
         while self._lifecycle is _Lifecycle.OPEN:
             self._poll_wake.clear()
-            action = core.next_join_action(self._now())
+            with self._lock:
+                action = core.next_join_action(self._now())
             match action:
                 case Idle():
                     if completed:
@@ -559,14 +860,14 @@ class GroupMember:
                     if not await self._wait_in_poll(core, deadline):
                         break
                 case RaiseFatal(error=error):
-                    self._hb_wake.set()
+                    self._wake_hb()
                     raise error
                 case FindCoordinator():
-                    await self._await_task(self._ensure_lookup(), deadline)
+                    await self._wait_coordinator_task(self._ensure_lookup, deadline)
                 case AwaitLeaseProof(until=until):
                     # The assignment may be installed only once a heartbeat proves the
                     # session fresh: send one now, then wait for member.lease_renewed.
-                    self._hb_wake.set()
+                    self._wake_hb()
                     wait_until = until if deadline is None else min(until, deadline)
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(
@@ -577,15 +878,22 @@ class GroupMember:
                 case PrepareJoin(lost=lost):
                     await self._run_calls(self._embedding.prepare(lost=lost), errors)
                 case SendJoinGroup():
-                    self._chain = self._tasks.spawn(
-                        self._run_chain(core, action), "kgroup-join-chain"
+                    await self._wait_coordinator_task(
+                        functools.partial(self._start_chain, core, action),
+                        deadline,
+                        starts_chain=True,
                     )
-                    await self._await_task(self._chain, deadline)
                 case AwaitJoin():
-                    if self._chain is None or self._chain.done():
-                        core.abandon_chain()  # defensive: a chain always reports back
+                    chain = self._chain
+                    # Isolated mode: a poll() cancelled right after SendJoinGroup may have
+                    # left the chain's start queued on the coordinator loop; then the chain
+                    # is about to exist and the wait below (queued after it) finds it.
+                    starting = self._chain_start is not None and not self._chain_start.done()
+                    if not starting and (chain is None or chain.done()):
+                        with self._lock:
+                            core.abandon_chain()  # defensive: a chain always reports back
                     else:
-                        await self._await_task(self._chain, deadline)
+                        await self._wait_coordinator_task(lambda: self._chain, deadline)
                 case CompleteJoin(generation=generation, assignment=data):
                     await self._complete(core, generation, data, errors)
                     completed = True
@@ -595,6 +903,11 @@ class GroupMember:
             raise errors[0]
         await asyncio.sleep(0)  # a poll loop always yields to the event loop
         return self._embedding.owned
+
+    def _start_chain(self, core: MemberCore, action: SendJoinGroup) -> asyncio.Task[None]:
+        """On the coordinator loop: start the join chain (owned by the member)."""
+        self._chain = self._tasks.spawn(self._run_chain(core, action), "kgroup-join-chain")
+        return self._chain
 
     async def _wait_in_poll(self, core: MemberCore, deadline: float | None) -> bool:
         """Stable and idle: wait for a rebalance trigger, a fatal error or the deadline,
@@ -608,8 +921,10 @@ class GroupMember:
             await asyncio.wait_for(self._poll_wake.wait(), (until - now) / 1000.0)
         except TimeoutError:
             pass
-        if core.poll(self._now()):
-            self._hb_wake.set()
+        with self._lock:
+            due = core.poll(self._now())
+        if due:
+            self._wake_hb()
         return True
 
     async def _complete(
@@ -618,13 +933,15 @@ class GroupMember:
         try:
             completion = self._embedding.complete(generation, data)
         except AssignmentError:
-            core.join_completed(self._now())
-            core.request_rejoin("invalid assignment")
+            with self._lock:
+                core.join_completed(self._now())
+                core.request_rejoin("invalid assignment")
             raise
         await self._run_calls(completion.calls, errors)
-        if completion.rejoin_reason:
-            core.request_rejoin(completion.rejoin_reason)
-        core.join_completed(self._now())
+        with self._lock:
+            if completion.rejoin_reason:
+                core.request_rejoin(completion.rejoin_reason)
+            core.join_completed(self._now())
         logger.info(
             "member.stable",
             group=self._config.group_id,
@@ -649,16 +966,39 @@ class GroupMember:
     async def _shutdown(self) -> None:
         self._lifecycle = _Lifecycle.CLOSING
         self._closed_event.set()
-        self._hb_wake.set()
+        self._wake_hb()
+        self._wake_lease()
         self._poll_wake.set()
+        thread = self._loop_thread
+        try:
+            if thread is None:
+                await self._shutdown_coordinator_side()
+            else:
+                try:
+                    await asyncio.wrap_future(thread.submit(self._shutdown_coordinator_side()))
+                except CoordinatorError:  # the loop is already gone
+                    pass
+                finally:
+                    await thread.aclose()  # cancels whatever is left there; joins the thread
+        finally:
+            self._lifecycle = _Lifecycle.CLOSED
+
+    async def _shutdown_coordinator_side(self) -> None:
+        """On the coordinator loop: stop its tasks, close its connections."""
         await self._tasks.aclose()
         self._drop_coordinator_connection()
         await self._cluster.aclose()
         if self._closing_conns:
             await asyncio.gather(*self._closing_conns, return_exceptions=True)
-        self._lifecycle = _Lifecycle.CLOSED
 
     # -- close -----------------------------------------------------------------------------------
+
+    async def _cancel_chain(self) -> None:
+        """On the coordinator loop: cancel the join chain, if any, and wait for it."""
+        chain = self._chain
+        if chain is not None and not chain.done():
+            chain.cancel()
+            await asyncio.gather(chain, return_exceptions=True)
 
     async def close(self) -> None:
         """Release the partitions (revoked, or lost if the generation is gone), leave the
@@ -675,15 +1015,15 @@ class GroupMember:
         errors: list[ListenerError] = []
         try:
             async with asyncio.timeout(budget):
-                if self._chain is not None and not self._chain.done():
-                    self._chain.cancel()
-                    await asyncio.gather(self._chain, return_exceptions=True)
-                core.abandon_chain()
-                lost = core.generation.is_reset or core.state is not MemberState.STABLE
+                await self._on_coordinator(self._cancel_chain())
+                with self._lock:
+                    core.abandon_chain()
+                    lost = core.generation.is_reset or core.state is not MemberState.STABLE
                 await self._run_calls(self._embedding.release(lost=lost), errors)
-                leave = core.maybe_leave("the consumer is being closed")
+                with self._lock:
+                    leave = core.maybe_leave("the consumer is being closed")
                 if leave is not None:
-                    await self._send_leave(leave)
+                    await self._on_coordinator(self._send_leave(leave))
         except TimeoutError:
             logger.warning("member.close_timed_out", group=self._config.group_id)
         finally:
