@@ -32,6 +32,7 @@ from ._errors import (
     KGroupError,
     ListenerError,
     LocalProtocolError,
+    OffsetsError,
     ProtocolViolation,
     RebalanceInProgress,
     RemoteProtocolError,
@@ -42,6 +43,7 @@ from ._errors import (
 )
 from ._listener import RebalanceListener
 from ._runtime._member import GroupMember
+from ._runtime._offsets import OffsetAndMetadata
 
 __all__ = [
     "Assignment",
@@ -67,6 +69,8 @@ __all__ = [
     "LocalProtocolError",
     "MemberState",
     "MemberSubscription",
+    "OffsetAndMetadata",
+    "OffsetsError",
     "ProtocolViolation",
     "RangeAssignor",
     "RebalanceInProgress",

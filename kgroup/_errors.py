@@ -49,6 +49,7 @@ __all__ = [
     "KGroupError",
     "ListenerError",
     "LocalProtocolError",
+    "OffsetsError",
     "ProtocolViolation",
     "RebalanceInProgress",
     "RemoteProtocolError",
@@ -207,6 +208,18 @@ class UnexpectedBrokerError(GroupError):
 
 class CommitFailed(KGroupError):
     """An offset commit cannot succeed: this member is no longer in the generation."""
+
+
+class OffsetsError(KGroupError):
+    """The broker rejected an offset commit or fetch for a reason retrying cannot fix
+    (OFFSET_METADATA_TOO_LARGE, UNKNOWN_TOPIC_OR_PARTITION on a fetch, an unexpected code),
+    or a retriable failure outlasted the call's timeout. ``api`` and ``error_code`` (None
+    for a timeout) say which."""
+
+    def __init__(self, message: str, *, api: str, error_code: int | None = None) -> None:
+        super().__init__(message)
+        self.api = api
+        self.error_code = error_code
 
 
 class RebalanceInProgress(KGroupError):

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = [
+    "CommitPartition",
+    "FetchedOffset",
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",
     "HeartbeatRequest",
@@ -22,6 +24,10 @@ __all__ = [
     "LeaveGroupMemberResult",
     "LeaveGroupRequest",
     "LeaveGroupResponse",
+    "OffsetCommitRequest",
+    "OffsetCommitResponse",
+    "OffsetFetchRequest",
+    "OffsetFetchResponse",
     "SyncGroupRequest",
     "SyncGroupResponse",
 ]
@@ -148,3 +154,66 @@ class LeaveGroupResponse:
             if member.error_code:
                 return member.error_code
         return 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitPartition:
+    """One partition's offset in an OffsetCommit request."""
+
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetCommitRequest:
+    """OffsetCommit (key 8) under a group generation (spec §4.6)."""
+
+    group_id: str
+    generation_id: int
+    member_id: str
+    group_instance_id: str | None
+    partitions: tuple[CommitPartition, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetCommitResponse:
+    """Per-partition results: ``(topic, partition, error_code)``."""
+
+    results: tuple[tuple[str, int, int], ...] = ()
+    throttle_time_ms: int = 0
+
+    @property
+    def error_code(self) -> int:
+        """The first non-zero partition error (0 when every partition succeeded)."""
+        return next((code for _, _, code in self.results if code), 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetFetchRequest:
+    """OffsetFetch (key 9) for some partitions of one group (spec §4.7)."""
+
+    group_id: str
+    partitions: tuple[tuple[str, int], ...]
+    require_stable: bool = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FetchedOffset:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = None
+    error_code: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OffsetFetchResponse:
+    """``error_code`` is the group-level error (v2+); partitions carry their own."""
+
+    error_code: int = 0
+    partitions: tuple[FetchedOffset, ...] = ()
+    throttle_time_ms: int = 0

@@ -35,6 +35,7 @@ from typing import Any, Final, TypeAlias
 from aiokafka.protocol.api import Request, RequestStruct, Response
 
 from kgroup._core._messages import (
+    FetchedOffset,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     HeartbeatRequest,
@@ -45,6 +46,10 @@ from kgroup._core._messages import (
     LeaveGroupMemberResult,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -75,6 +80,8 @@ GroupRequest: TypeAlias = (
     | SyncGroupRequest
     | HeartbeatRequest
     | LeaveGroupRequest
+    | OffsetCommitRequest
+    | OffsetFetchRequest
 )
 GroupResponse: TypeAlias = (
     FindCoordinatorResponse
@@ -82,10 +89,12 @@ GroupResponse: TypeAlias = (
     | SyncGroupResponse
     | HeartbeatResponse
     | LeaveGroupResponse
+    | OffsetCommitResponse
+    | OffsetFetchResponse
 )
 
 #: The first version of each API that carries ``group_instance_id`` (KIP-345).
-STATIC_MEMBERSHIP_VERSIONS: Final[dict[int, int]] = {11: 5, 12: 3, 13: 3, 14: 3}
+STATIC_MEMBERSHIP_VERSIONS: Final[dict[int, int]] = {8: 7, 11: 5, 12: 3, 13: 3, 14: 3}
 
 #: Brokers keep at most this many characters of a JoinGroup or LeaveGroup reason (KIP-800).
 MAX_REASON_LENGTH: Final = 255
@@ -298,6 +307,54 @@ def to_wire(request: GroupRequest) -> WireRequest:
                 },
                 group_id=request.group_id,
                 member_id=request.member_id,
+            )
+        case OffsetCommitRequest():
+            return _with_instance_id(
+                8,
+                request.group_instance_id,
+                {
+                    "group_id": request.group_id,
+                    "generation_id_or_member_epoch": request.generation_id,
+                    "member_id": request.member_id,
+                    "group_instance_id": request.group_instance_id,
+                    "retention_time_ms": -1,  # the broker's default retention
+                    "topics": [
+                        {
+                            "name": topic,
+                            "partitions": [
+                                {
+                                    "partition_index": p.partition,
+                                    "committed_offset": p.offset,
+                                    "committed_leader_epoch": p.leader_epoch,
+                                    "committed_metadata": p.metadata,
+                                }
+                                for p in request.partitions
+                                if p.topic == topic
+                            ],
+                        }
+                        for topic in dict.fromkeys(p.topic for p in request.partitions)
+                    ],
+                },
+                group_id=request.group_id,
+                member_id=request.member_id,
+            )
+        case OffsetFetchRequest():
+            topics = [
+                {
+                    "name": topic,
+                    "partition_indexes": [p for t, p in request.partitions if t == topic],
+                }
+                for topic in dict.fromkeys(t for t, _ in request.partitions)
+            ]
+            return WireRequest(
+                9,
+                {
+                    "group_id": request.group_id,
+                    "topics": topics,
+                    "groups": [{"group_id": request.group_id, "topics": topics}],
+                    "require_stable": request.require_stable,
+                },
+                group_id=request.group_id,
             )
         case _:
             raise TypeError(f"not a kgroup group request: {type(request).__name__}")
@@ -575,7 +632,54 @@ def _leave_group(fields: _Fields, version: int) -> LeaveGroupResponse:
     )
 
 
+def _offset_commit(fields: _Fields, version: int) -> OffsetCommitResponse:
+    return OffsetCommitResponse(
+        results=tuple(
+            (topic.get_str("name"), part.get_int("partition_index"), part.get_int("error_code"))
+            for topic in fields.get_array("topics")
+            for part in topic.get_array("partitions")
+        ),
+        throttle_time_ms=_throttle(fields, version, 3),
+    )
+
+
+def _fetched_topics(topics: list[_Fields], version: int) -> tuple[FetchedOffset, ...]:
+    return tuple(
+        FetchedOffset(
+            topic=topic.get_str("name"),
+            partition=part.get_int("partition_index"),
+            offset=part.get_int("committed_offset"),
+            leader_epoch=part.get_int("committed_leader_epoch") if version >= 5 else -1,
+            metadata=part.get_nullable_str("metadata"),
+            error_code=part.get_int("error_code"),
+        )
+        for topic in topics
+        for part in topic.get_array("partitions")
+    )
+
+
+def _offset_fetch(fields: _Fields, version: int) -> OffsetFetchResponse:
+    """v8 answers per group: kgroup asks for one group, so exactly one entry must come back."""
+    if version >= 8:
+        groups = fields.get_array("groups")
+        if len(groups) != 1:
+            raise fields.error(f"expected exactly one entry in 'groups', got {len(groups)}")
+        group = groups[0]
+        return OffsetFetchResponse(
+            error_code=group.get_int("error_code"),
+            partitions=_fetched_topics(group.get_array("topics"), version),
+            throttle_time_ms=fields.get_int("throttle_time_ms"),
+        )
+    return OffsetFetchResponse(
+        error_code=fields.get_int("error_code") if version >= 2 else 0,
+        partitions=_fetched_topics(fields.get_array("topics"), version),
+        throttle_time_ms=_throttle(fields, version, 3),
+    )
+
+
 _DECODERS: Final[dict[int, Callable[[_Fields, int], GroupResponse]]] = {
+    8: _offset_commit,
+    9: _offset_fetch,
     10: _find_coordinator,
     11: _join_group,
     12: _heartbeat,

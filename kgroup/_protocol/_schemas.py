@@ -64,6 +64,7 @@ from aiokafka.protocol.types import Boolean as _AiokafkaBoolean
 from aiokafka.protocol.types import Int8 as _AiokafkaInt8
 from aiokafka.protocol.types import Int16 as _AiokafkaInt16
 from aiokafka.protocol.types import Int32 as _AiokafkaInt32
+from aiokafka.protocol.types import Int64 as _AiokafkaInt64
 
 from kgroup._errors import LocalProtocolError, RemoteProtocolError
 
@@ -78,6 +79,8 @@ __all__ = [
 
 #: The group APIs kgroup speaks, by API key.
 API_NAMES: Final[dict[int, str]] = {
+    8: "OffsetCommit",
+    9: "OffsetFetch",
     10: "FindCoordinator",
     11: "JoinGroup",
     12: "Heartbeat",
@@ -90,7 +93,12 @@ API_NAMES: Final[dict[int, str]] = {
 #: time) are left out: Kafka 4.0 removed them (KIP-896) and every broker since 2.0 has more.
 #: FindCoordinator v5 and v6 have the v4 layout: they only add error codes and key types that
 #: a group lookup never meets, so the newest broker gets the newest version.
+#: OffsetCommit starts at v2 and OffsetFetch at v1 (spec §4.8); both stop before the KIP-848
+#: versions (OffsetCommit v9, OffsetFetch v9), which carry a member epoch kgroup has no use
+#: for under the classic protocol.
 SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
+    8: (2, 8),
+    9: (1, 8),
     10: (1, 6),
     11: (2, 9),
     12: (0, 4),
@@ -99,7 +107,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
 }
 
 #: The first flexible (KIP-482) version of each API.
-FLEXIBLE_FROM: Final[dict[int, int]] = {10: 3, 11: 6, 12: 4, 13: 4, 14: 4}
+FLEXIBLE_FROM: Final[dict[int, int]] = {8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4}
 
 _Field = tuple[str, Any]
 
@@ -177,6 +185,7 @@ def _fixed(base: type[Any], size: int, what: str) -> type[Any]:
 Int8: Final = _fixed(_AiokafkaInt8, 1, "an int8")
 Int16: Final = _fixed(_AiokafkaInt16, 2, "an int16")
 Int32: Final = _fixed(_AiokafkaInt32, 4, "an int32")
+Int64: Final = _fixed(_AiokafkaInt64, 8, "an int64")
 Boolean: Final = _fixed(_AiokafkaBoolean, 1, "a boolean")
 
 
@@ -513,12 +522,105 @@ def _sync_group_response(v: int) -> Any:
     )
 
 
+# OffsetCommit (8). v1 adds the generation, member id and a per-partition commit timestamp
+# (v1 only); v2-v4 carry retention_time_ms; v3 adds the response throttle time; v6 the
+# committed leader epoch; v7 group_instance_id (KIP-345); v8 is flexible.
+
+
+def _offset_commit_request(v: int) -> Any:
+    f = _Format(flexible=v >= 8)
+    return f.struct(
+        ("group_id", f.string),
+        ("generation_id_or_member_epoch", Int32),
+        ("member_id", f.string),
+        *_since(v, 7, ("group_instance_id", f.string)),
+        *_between(v, 2, 4, ("retention_time_ms", Int64)),
+        (
+            "topics",
+            f.array(
+                ("name", f.string),
+                (
+                    "partitions",
+                    f.array(
+                        ("partition_index", Int32),
+                        ("committed_offset", Int64),
+                        *_since(v, 6, ("committed_leader_epoch", Int32)),
+                        ("committed_metadata", f.string),
+                    ),
+                ),
+            ),
+        ),
+    )
+
+
+def _offset_commit_response(v: int) -> Any:
+    f = _Format(flexible=v >= 8)
+    return f.struct(
+        *_since(v, 3, ("throttle_time_ms", Int32)),
+        (
+            "topics",
+            f.array(
+                ("name", f.string),
+                ("partitions", f.array(("partition_index", Int32), ("error_code", Int16))),
+            ),
+        ),
+    )
+
+
+# OffsetFetch (9). v2 allows null topics (all) and adds a group-level error code; v3 the
+# throttle time; v5 the committed leader epoch; v6 is flexible; v7 adds require_stable
+# (KIP-447); v8 batches groups (KIP-709).
+
+
+def _offset_fetch_request(v: int) -> Any:
+    f = _Format(flexible=v >= 6)
+    topics = ("topics", f.array(("name", f.string), ("partition_indexes", f.array_of(Int32))))
+    if v >= 8:
+        return f.struct(
+            ("groups", f.array(("group_id", f.string), topics)),
+            ("require_stable", Boolean),
+        )
+    return f.struct(("group_id", f.string), topics, *_since(v, 7, ("require_stable", Boolean)))
+
+
+def _offset_fetch_response(v: int) -> Any:
+    f = _Format(flexible=v >= 6)
+    topics = (
+        "topics",
+        f.array(
+            ("name", f.string),
+            (
+                "partitions",
+                f.array(
+                    ("partition_index", Int32),
+                    ("committed_offset", Int64),
+                    *_since(v, 5, ("committed_leader_epoch", Int32)),
+                    ("metadata", f.string),
+                    ("error_code", Int16),
+                ),
+            ),
+        ),
+    )
+    if v >= 8:
+        return f.struct(
+            ("throttle_time_ms", Int32),
+            ("groups", f.array(("group_id", f.string), topics, ("error_code", Int16))),
+        )
+    return f.struct(
+        *_since(v, 3, ("throttle_time_ms", Int32)),
+        topics,
+        *_since(v, 2, ("error_code", Int16)),
+    )
+
+
 class _Schemas(NamedTuple):
     request: Callable[[int], Any]
     response: Callable[[int], Any]
 
 
 _SCHEMAS: Final[dict[int, _Schemas]] = {
+    8: _Schemas(_offset_commit_request, _offset_commit_response),
+    9: _Schemas(_offset_fetch_request, _offset_fetch_response),
     10: _Schemas(_find_coordinator_request, _find_coordinator_response),
     11: _Schemas(_join_group_request, _join_group_response),
     12: _Schemas(_heartbeat_request, _heartbeat_response),

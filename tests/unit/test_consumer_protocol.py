@@ -14,6 +14,7 @@ from aiokafka.protocol.types import CompactBytes as _CompactBytes
 from aiokafka.protocol.types import Int8 as _Int8
 from aiokafka.protocol.types import Int16 as _Int16
 from aiokafka.protocol.types import Int32 as _Int32
+from aiokafka.protocol.types import Int64 as _Int64
 from aiokafka.protocol.types import Schema as _Schema
 from aiokafka.protocol.types import String as _String
 from aiokafka.protocol.types import TaggedFields as _TaggedFields
@@ -32,6 +33,8 @@ from kgroup._core._messages import (
     HeartbeatResponse,
     JoinGroupResponse,
     LeaveGroupResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
     SyncGroupResponse,
 )
 from kgroup._errors import LocalProtocolError, RemoteProtocolError
@@ -569,6 +572,8 @@ RESPONSE_TYPES = {
     for version in range(low, high + 1)
 }
 RESPONSE_VALUES = {
+    8: OffsetCommitResponse,
+    9: OffsetFetchResponse,
     10: FindCoordinatorResponse,
     11: JoinGroupResponse,
     12: HeartbeatResponse,
@@ -593,7 +598,7 @@ def _field_values(kind: object) -> st.SearchStrategy[object]:
         return st.just({})  # aiokafka can only encode an empty tagged-field section
     if issubclass(kind, _Boolean):
         return st.booleans()
-    bits = {_Int8: 8, _Int16: 16, _Int32: 32}
+    bits = {_Int8: 8, _Int16: 16, _Int32: 32, _Int64: 64}
     for base, width in bits.items():
         if issubclass(kind, base):
             return st.integers(-(2 ** (width - 1)), 2 ** (width - 1) - 1)

@@ -1,0 +1,213 @@
+"""Offset commits and fetches for a :class:`GroupMember`, with retries until a deadline.
+
+The decisions (pre-checks, what an answer means, what it does to the membership) are the
+sans-I/O rules of :mod:`kgroup._core._offsets`; this module only sends, waits and retries:
+
+- ``commit_offsets`` is Java's ``commitSync``: retriable failures (a coordinator that is
+  loading, moved or unreachable) are retried with exponential backoff until ``timeout``;
+  everything else raises at once. The generation is re-checked before every attempt, so a
+  retry never carries offsets into a generation the member was not in when it was asked.
+- ``fetch_committed`` is ``committed()``: it retries UNSTABLE_OFFSET_COMMIT and coordinator
+  failures the same way.
+
+Both work in the default and the isolated mode: the core is touched only through
+``member._core_call`` and requests go through ``member._coordinator_request``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from .._core._consumer_protocol import TopicPartition
+from .._core._member import MemberCore
+from .._core._offsets import (
+    Done,
+    Fail,
+    OffsetAndMetadata,
+    Retry,
+    commit_request,
+    fetch_request,
+    on_commit_failed,
+    on_commit_response,
+    on_fetch_response,
+)
+from .._core._timers import ExponentialBackoff
+from .._errors import CoordinatorError, OffsetsError, RemoteProtocolError
+from .._log import logger
+
+if TYPE_CHECKING:
+    from ._member import GroupMember
+
+__all__ = ["OffsetAndMetadata", "commit_offsets", "fetch_committed"]
+
+
+class _Attempts:
+    """Deadline and backoff bookkeeping of one call (times in ms on the member's clock)."""
+
+    def __init__(self, member: GroupMember, api: str, timeout: float | None) -> None:
+        config = member.config
+        self.member = member
+        self.api = api
+        budget = config.request_timeout_ms if timeout is None else max(0.0, timeout) * 1000.0
+        self.deadline = member._now() + budget
+        self.budget = budget
+        self.attempts = 0
+        self.last_reason = ""
+        self._backoff = ExponentialBackoff(config.retry_backoff_ms, config.retry_backoff_max_ms)
+
+    def remaining(self) -> float:
+        return self.deadline - self.member._now()
+
+    def request_timeout(self) -> int:
+        """A request may use what is left of the call, at most request_timeout_ms."""
+        return max(1, int(min(self.remaining(), self.member.config.request_timeout_ms)))
+
+    def timed_out(self) -> OffsetsError:
+        return OffsetsError(
+            f"{self.api} for group {self.member.config.group_id!r} did not succeed within "
+            f"{self.budget:.0f} ms ({self.attempts} attempt(s); last: {self.last_reason})",
+            api=self.api,
+        )
+
+    async def ready(self) -> None:
+        """Before an attempt: make sure a coordinator is known, or start looking for one."""
+        member = self.member
+        if member._core_call(lambda core: core.coordinator) is not None:
+            return
+        # The shared lookup task (on the coordinator loop in isolated mode); it honours the
+        # lookup's own backoff when it fails.
+        await member._wait_coordinator_task(member._ensure_lookup, self.deadline)
+
+    async def back_off(self, retry: Retry) -> None:
+        """Log the retriable failure and sleep its backoff (never past the deadline)."""
+        self.last_reason = retry.reason
+        logger.info(
+            "offsets.retry",
+            api=self.api,
+            group=self.member.config.group_id,
+            reason=retry.reason,
+            attempt=self.attempts,
+        )
+        if retry.coordinator_lost:
+            self.member._wake_hb()  # the heartbeat task looks the coordinator up again
+        pause = min(self._backoff.backoff(self.attempts - 1), max(0.0, self.remaining()))
+        await asyncio.sleep(pause / 1000.0)
+
+
+async def commit_offsets(
+    member: GroupMember,
+    offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+    *,
+    timeout: float | None = None,
+) -> None:
+    """Commit ``offsets`` (the next offset to read, per partition) under the member's
+    current generation, retrying retriable failures until ``timeout`` seconds (default:
+    ``request_timeout_ms``).
+
+    Raises :class:`~kgroup.RebalanceInProgress` (call ``poll()``, then commit again),
+    :class:`~kgroup.CommitFailed` (the member left the generation; the partitions may be
+    another member's now), :class:`~kgroup.TopicAuthorizationFailed`, the fatal
+    :class:`~kgroup.GroupAuthorizationFailed` / :class:`~kgroup.FencedInstanceId` (also
+    raised by the next ``poll()``), or :class:`~kgroup.OffsetsError` (rejected, or not done
+    before the timeout).
+    """
+    attempts = _Attempts(member, "OffsetCommit", timeout)
+    while True:
+        prepared = member._core_call(lambda core: (commit_request(core, offsets), core.generation))
+        request, sent = prepared
+        if isinstance(request, Done):
+            return
+        if attempts.remaining() <= 0:
+            raise attempts.timed_out()
+        attempts.attempts += 1
+        await attempts.ready()
+        try:
+            response = await member._coordinator_request(request, attempts.request_timeout())
+        except (CoordinatorError, RemoteProtocolError) as exc:
+            reason = str(exc)
+            verdict: Any = member._core_call(partial(on_commit_failed, reason=reason))
+        else:
+            verdict = member._core_call(partial(on_commit_response, sent=sent, response=response))
+        match verdict:
+            case Done():
+                logger.debug(
+                    "offsets.committed",
+                    group=request.group_id,
+                    generation=sent.generation_id,
+                    partitions=len(request.partitions),
+                )
+                return
+            case Fail(error=error):
+                logger.warning(
+                    "offsets.commit_failed",
+                    group=request.group_id,
+                    generation=sent.generation_id,
+                    error=type(error).__name__,
+                    message=str(error),
+                )
+                raise error
+            case Retry():
+                if attempts.remaining() <= 0:
+                    attempts.last_reason = verdict.reason
+                    raise attempts.timed_out()
+                await attempts.back_off(verdict)
+
+
+async def fetch_committed(
+    member: GroupMember,
+    partitions: Iterable[TopicPartition],
+    *,
+    timeout: float | None = None,
+) -> dict[TopicPartition, OffsetAndMetadata | None]:
+    """The committed offsets of ``partitions`` in the member's group (None where nothing is
+    committed), retrying retriable failures until ``timeout`` seconds (default:
+    ``request_timeout_ms``). Raises :class:`~kgroup.OffsetsError`,
+    :class:`~kgroup.TopicAuthorizationFailed` or the fatal
+    :class:`~kgroup.GroupAuthorizationFailed`."""
+    wanted = list(dict.fromkeys(partitions))
+    request = member._core_call(lambda core: fetch_request(core, wanted))
+    if not request.partitions:
+        return {}
+    attempts = _Attempts(member, "OffsetFetch", timeout)
+    while True:
+        if attempts.remaining() <= 0:
+            raise attempts.timed_out()
+        attempts.attempts += 1
+        await attempts.ready()
+        try:
+            response = await member._coordinator_request(request, attempts.request_timeout())
+        except (CoordinatorError, RemoteProtocolError) as exc:
+            reason = str(exc)
+            member._core_call(
+                partial(MemberCore.mark_coordinator_unknown, reason=f"OffsetFetch failed: {reason}")
+            )
+            verdict: Any = Retry(reason, coordinator_lost=True)
+            result: dict[TopicPartition, OffsetAndMetadata | None] = {}
+        else:
+            verdict, result = member._core_call(partial(on_fetch_response, response=response))
+        match verdict:
+            case Done():
+                missing = [tp for tp in wanted if tp not in result]
+                if missing:
+                    raise OffsetsError(
+                        f"OffsetFetch for group {request.group_id!r} did not answer for "
+                        + ", ".join(str(tp) for tp in missing),
+                        api="OffsetFetch",
+                    )
+                return {tp: result[tp] for tp in wanted}
+            case Fail(error=error):
+                logger.warning(
+                    "offsets.fetch_failed",
+                    group=request.group_id,
+                    error=type(error).__name__,
+                    message=str(error),
+                )
+                raise error
+            case Retry():
+                if attempts.remaining() <= 0:
+                    attempts.last_reason = verdict.reason
+                    raise attempts.timed_out()
+                await attempts.back_off(verdict)

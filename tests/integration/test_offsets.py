@@ -1,0 +1,158 @@
+"""OffsetCommit and OffsetFetch through a GroupMember, on Apache Kafka and tansu.
+
+Spec §4.6, §4.7 and §9: commits carry the member's generation; a commit from the eager
+revoke callback (sent before the JoinGroup) is accepted and seen by the next owner; a
+member that lost its generation gets CommitFailed, and one that is rebalancing gets
+RebalanceInProgress without anything being sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from kgroup import (
+    CommitFailed,
+    GroupConfig,
+    GroupMember,
+    MemberState,
+    OffsetAndMetadata,
+    RebalanceInProgress,
+    TopicPartition,
+)
+from kgroup._runtime._offsets import commit_offsets, fetch_committed
+from kgroup.testing import Broker
+
+pytestmark = pytest.mark.parametrize("broker", ["kafka", "tansu"], indirect=True)
+
+
+def config(broker: Broker, group: str, topic: str, **overrides: Any) -> GroupConfig:
+    values: dict[str, Any] = {
+        "bootstrap_servers": broker.bootstrap,
+        "group_id": group,
+        "topics": [topic],
+        "session_timeout_ms": 6_000,
+        "heartbeat_interval_ms": 500,
+        "max_poll_interval_ms": 30_000,
+        "request_timeout_ms": 10_000,
+    }
+    values.update(overrides)
+    return GroupConfig(**values)
+
+
+async def poll_until(member: GroupMember, done: Callable[[], bool], what: str) -> None:
+    async with asyncio.timeout(60):
+        while not done():
+            await member.poll(timeout=0.2)
+    assert done(), what
+
+
+async def test_commit_then_fetch_round_trip(
+    broker: Broker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    topic = make_topic(3)
+    tps = [TopicPartition(topic, p) for p in range(3)]
+    async with GroupMember(config(broker, unique_group, topic)) as member:
+        await poll_until(member, lambda: len(member.assignment) == 3, "assigned")
+        assert await fetch_committed(member, tps) == dict.fromkeys(tps)
+        await commit_offsets(member, {tps[0]: OffsetAndMetadata(42, "note"), tps[1]: 7})
+        committed = await fetch_committed(member, tps)
+    assert committed[tps[0]] is not None and committed[tps[0]].offset == 42
+    # tansu (0.6) stores the offset but not its metadata: it answers "" (README, "Where
+    # tansu differs from Kafka").
+    assert committed[tps[0]].metadata == ("note" if type(broker).__name__ == "KafkaBroker" else "")
+    assert committed[tps[1]] is not None and committed[tps[1]].offset == 7
+    assert committed[tps[2]] is None
+
+
+async def test_commit_from_revoke_callback_reaches_the_next_owner(
+    broker: Broker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """§9.2: under eager rebalancing the revoke callback commits before JoinGroup, with the
+    generation it still holds; the broker accepts it and the new owner fetches it."""
+    topic = make_topic(2)
+    tps = [TopicPartition(topic, p) for p in range(2)]
+    cfg = config(broker, unique_group, topic)
+    commits: list[tuple[MemberState, int]] = []
+
+    class CommitOnRevoke:
+        member: GroupMember
+
+        async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+            if partitions:
+                commits.append((self.member.state, self.member.generation.generation_id))
+                await commit_offsets(self.member, {tp: 100 + tp.partition for tp in partitions})
+
+    listener = CommitOnRevoke()
+    first = GroupMember(cfg, listener=listener)
+    listener.member = first
+    async with first:
+        await poll_until(first, lambda: len(first.assignment) == 2, "first owns both")
+        async with GroupMember(cfg) as second:
+            # Both poll until the second member owns one partition and the first the other.
+            async def drive(member: GroupMember, stop: asyncio.Event) -> None:
+                while not stop.is_set():
+                    await member.poll(timeout=0.2)
+
+            stop = asyncio.Event()
+            tasks = [asyncio.create_task(drive(m, stop)) for m in (first, second)]
+            try:
+                async with asyncio.timeout(60):
+                    while not (len(first.assignment) == 1 and len(second.assignment) == 1):
+                        await asyncio.sleep(0.05)
+            finally:
+                stop.set()
+                await asyncio.gather(*tasks)
+            assert commits and commits[0][0] is MemberState.STABLE
+            moved = next(iter(second.assignment))
+            got = await fetch_committed(second, [moved])
+            assert got[moved] is not None and got[moved].offset == 100 + moved.partition
+            await asyncio.gather(first.close(), second.close())
+
+
+async def test_commit_after_losing_the_generation_raises_commit_failed(
+    broker: Broker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """A member whose generation is gone (here: it stopped heartbeating past the session
+    timeout and the broker evicted it) gets CommitFailed; nothing is stored."""
+    topic = make_topic(1)
+    tp = TopicPartition(topic, 0)
+    cfg = config(broker, unique_group, topic, session_timeout_ms=6_000)
+    async with GroupMember(cfg) as member:
+        await poll_until(member, lambda: member.assignment == {tp}, "assigned")
+        # Lose the generation the way the broker would make us: reset it as an
+        # UNKNOWN_MEMBER_ID heartbeat answer does (§2.4), then commit without polling.
+        member._core_call(
+            lambda core: core.reset_generation(keep_member_id=False, reason="test eviction")
+        )
+        with pytest.raises(CommitFailed, match="not part of an active generation"):
+            await commit_offsets(member, {tp: 5})
+        await poll_until(member, lambda: member.state is MemberState.STABLE, "rejoined")
+        assert (await fetch_committed(member, [tp]))[tp] is None
+
+
+async def test_commit_while_rebalancing_raises_rebalance_in_progress(
+    broker: Broker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """F35 on a real broker: while the JoinGroup is in flight (PREPARING_REBALANCE) a commit
+    fails locally with RebalanceInProgress; after the rebalance completes it succeeds."""
+    topic = make_topic(1)
+    tp = TopicPartition(topic, 0)
+    cfg = config(broker, unique_group, topic)
+    async with GroupMember(cfg) as member:
+        await poll_until(member, lambda: member.assignment == {tp}, "assigned")
+        member._core_call(lambda core: core.request_rejoin("test"))
+        async with asyncio.timeout(30):
+            while member.state is not MemberState.PREPARING_REBALANCE:
+                await member.poll(timeout=0)
+        with pytest.raises(RebalanceInProgress, match="call poll"):
+            await commit_offsets(member, {tp: 3})
+        await poll_until(
+            member, lambda: member.state is MemberState.STABLE and bool(member.assignment), "back"
+        )
+        await commit_offsets(member, {tp: 3})
+        got = await fetch_committed(member, [tp])
+        assert got[tp] == OffsetAndMetadata(3, "", got[tp].leader_epoch if got[tp] else -1)
