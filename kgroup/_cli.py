@@ -1,5 +1,10 @@
 """The ``kgroup`` command line.
 
+``kgroup groups --bootstrap HOST:PORT`` lists the cluster's groups and ``kgroup describe
+GROUP --bootstrap HOST:PORT`` shows one group's state, members, assignments, committed
+offsets and lag (``--json`` for scripts). Exit codes: 0 ok, 1 the broker answered an error,
+2 bad usage or configuration, 3 no broker reachable in time, 4 no such group.
+
 ``kgroup demo`` starts a local tansu broker on a free port (or uses ``--bootstrap``), creates
 a topic, runs three members in this process, then stops one gracefully and crashes another,
 printing every member's state, generation and assignment as they change. It exits 0 with a
@@ -180,6 +185,122 @@ def _demo(args: argparse.Namespace) -> int:
         return asyncio.run(_run_demo(demo))
 
 
+EXIT_ERROR, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_NOT_FOUND = 1, 2, 3, 4
+
+#: ``--command-config`` properties (Kafka's names) and the GroupConfig fields they set.
+_PROPERTIES = {
+    "client.id": "client_id",
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.username": "sasl_username",
+    "sasl.password": "sasl_password",
+    "ssl.cafile": "ssl_cafile",
+    "ssl.certfile": "ssl_certfile",
+    "ssl.keyfile": "ssl_keyfile",
+    "ssl.key.password": "ssl_key_password",
+}
+
+
+def _read_properties(path: str) -> dict[str, str]:
+    """``key=value`` lines (``#`` comments) mapped onto GroupConfig field names."""
+    out: dict[str, str] = {}
+    with open(path, encoding="utf-8") as handle:
+        for number, raw in enumerate(handle, 1):
+            line = raw.strip()
+            if not line or line.startswith(("#", "!")):
+                continue
+            key, sep, value = line.partition("=")
+            key = key.strip()
+            if not sep or key not in _PROPERTIES:
+                known = ", ".join(sorted(_PROPERTIES))
+                raise ValueError(f"{path}:{number}: unknown property {key!r} (known: {known})")
+            out[_PROPERTIES[key]] = value.strip()
+    return out
+
+
+def _table(rows: Sequence[Sequence[object]]) -> str:
+    text = [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in text) for i in range(len(text[0]))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in text
+    )
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    import json
+
+    from ._errors import ConfigError
+    from ._inspect import (
+        BrokerUnreachable,
+        GroupNotFound,
+        InspectError,
+        describe_group,
+        list_groups,
+    )
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+    try:
+        extra = _read_properties(args.command_config) if args.command_config else {}
+        if args.command == "groups":
+            listing = asyncio.run(list_groups(args.bootstrap, timeout=args.timeout, **extra))
+            if args.json:
+                print(json.dumps([_asdict(g) for g in listing], indent=2))
+            else:
+                rows: list[Sequence[object]] = [("GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR")]
+                rows += [(g.group_id, g.state, g.protocol_type, g.coordinator) for g in listing]
+                print(_table(rows))
+            return 0
+        desc = asyncio.run(
+            describe_group(args.bootstrap, args.group, timeout=args.timeout, **extra)
+        )
+    except (ConfigError, ValueError, OSError) as exc:
+        print(f"kgroup {args.command}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except GroupNotFound as exc:
+        print(f"kgroup {args.command}: {exc}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except BrokerUnreachable as exc:
+        print(f"kgroup {args.command}: broker unreachable: {exc}", file=sys.stderr)
+        return EXIT_UNREACHABLE
+    except InspectError as exc:
+        print(f"kgroup {args.command}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps(desc.as_dict(), indent=2))
+        return 0
+    print(
+        f"GROUP {desc.group_id}  STATE {desc.state}  PROTOCOL {desc.protocol_type or '-'}/"
+        f"{desc.protocol or '-'}  COORDINATOR {desc.coordinator}  MEMBERS {len(desc.members)}"
+    )
+    if desc.members:
+        rows = [("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "#PARTITIONS", "ASSIGNMENT")]
+        for m in desc.members:
+            parts = m.assignment
+            shown = f"<{m.assignment_bytes} bytes>" if parts is None else ",".join(parts) or "-"
+            count = "-" if parts is None else len(parts)
+            rows.append(
+                (m.member_id, m.group_instance_id, m.client_id, m.client_host, count, shown)
+            )
+        print()
+        print(_table(rows))
+    if desc.offsets:
+        rows = [("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID")]
+        rows += [
+            (o.topic, o.partition, o.committed, o.log_end, o.lag, o.owner) for o in desc.offsets
+        ]
+        print()
+        print(_table(rows))
+    return 0
+
+
+def _asdict(value: object) -> dict[str, object]:
+    from dataclasses import asdict, is_dataclass
+
+    assert is_dataclass(value) and not isinstance(value, type)
+    return asdict(value)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kgroup", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -190,9 +311,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--session-timeout-ms", type=int, default=6000)
     demo.add_argument("--heartbeat-interval-ms", type=int, default=1000)
     demo.add_argument("-v", "--verbose", action="store_true", help="show kgroup's log events")
+    for name, text in (
+        ("groups", "list the cluster's groups (like kafka-consumer-groups --list)"),
+        ("describe", "one group: state, members, assignments, offsets and lag"),
+    ):
+        cmd = sub.add_parser(name, help=text, description=text)
+        if name == "describe":
+            cmd.add_argument("group", help="the group id")
+        cmd.add_argument("--bootstrap", required=True, help="HOST:PORT[,HOST:PORT...]")
+        cmd.add_argument("--json", action="store_true", help="machine-readable output")
+        cmd.add_argument(
+            "--timeout", type=float, default=10.0, help="seconds for the whole call (10)"
+        )
+        cmd.add_argument(
+            "--command-config",
+            metavar="FILE",
+            help="properties: security.protocol, sasl.mechanism, sasl.username, "
+            "sasl.password, ssl.cafile, ssl.certfile, ssl.keyfile, ssl.key.password, client.id",
+        )
     args = parser.parse_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command in ("groups", "describe"):
+        return _inspect(args)
     return 2  # pragma: no cover - argparse rejects unknown commands
 
 

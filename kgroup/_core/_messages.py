@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "CommitPartition",
+    "DescribeGroupsRequest",
+    "DescribeGroupsResponse",
+    "DescribedGroup",
+    "DescribedMember",
     "FetchedOffset",
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",
@@ -24,6 +28,9 @@ __all__ = [
     "LeaveGroupMemberResult",
     "LeaveGroupRequest",
     "LeaveGroupResponse",
+    "ListGroupsRequest",
+    "ListGroupsResponse",
+    "ListedGroup",
     "OffsetCommitRequest",
     "OffsetCommitResponse",
     "OffsetFetchRequest",
@@ -193,10 +200,11 @@ class OffsetCommitResponse:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffsetFetchRequest:
-    """OffsetFetch (key 9) for some partitions of one group (spec §4.7)."""
+    """OffsetFetch (key 9) for some partitions of one group (spec §4.7); ``None``: every
+    partition the group has committed offsets for (v2+)."""
 
     group_id: str
-    partitions: tuple[tuple[str, int], ...]
+    partitions: tuple[tuple[str, int], ...] | None
     require_stable: bool = True
 
 
@@ -216,4 +224,60 @@ class OffsetFetchResponse:
 
     error_code: int = 0
     partitions: tuple[FetchedOffset, ...] = ()
+    throttle_time_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeGroupsRequest:
+    """DescribeGroups (key 15), sent to the groups' coordinator."""
+
+    group_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribedMember:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribedGroup:
+    error_code: int
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol: str
+    members: tuple[DescribedMember, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DescribeGroupsResponse:
+    groups: tuple[DescribedGroup, ...] = ()
+    throttle_time_ms: int = 0
+
+    @property
+    def error_code(self) -> int:
+        return next((g.error_code for g in self.groups if g.error_code), 0)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListGroupsRequest:
+    """ListGroups (key 16), sent to every broker (each lists the groups it coordinates)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListedGroup:
+    group_id: str
+    protocol_type: str
+    state: str | None = None  # v4+
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ListGroupsResponse:
+    error_code: int = 0
+    groups: tuple[ListedGroup, ...] = ()
     throttle_time_ms: int = 0

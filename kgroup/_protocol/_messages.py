@@ -35,6 +35,10 @@ from typing import Any, Final, TypeAlias
 from aiokafka.protocol.api import Request, RequestStruct, Response
 
 from kgroup._core._messages import (
+    DescribedGroup,
+    DescribedMember,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
     FetchedOffset,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
@@ -46,6 +50,9 @@ from kgroup._core._messages import (
     LeaveGroupMemberResult,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    ListedGroup,
+    ListGroupsRequest,
+    ListGroupsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
@@ -82,6 +89,8 @@ GroupRequest: TypeAlias = (
     | LeaveGroupRequest
     | OffsetCommitRequest
     | OffsetFetchRequest
+    | DescribeGroupsRequest
+    | ListGroupsRequest
 )
 GroupResponse: TypeAlias = (
     FindCoordinatorResponse
@@ -91,6 +100,8 @@ GroupResponse: TypeAlias = (
     | LeaveGroupResponse
     | OffsetCommitResponse
     | OffsetFetchResponse
+    | DescribeGroupsResponse
+    | ListGroupsResponse
 )
 
 #: The first version of each API that carries ``group_instance_id`` (KIP-345).
@@ -339,13 +350,15 @@ def to_wire(request: GroupRequest) -> WireRequest:
                 member_id=request.member_id,
             )
         case OffsetFetchRequest():
-            topics = [
-                {
-                    "name": topic,
-                    "partition_indexes": [p for t, p in request.partitions if t == topic],
-                }
-                for topic in dict.fromkeys(t for t, _ in request.partitions)
-            ]
+            wanted = request.partitions
+            topics = (
+                None
+                if wanted is None
+                else [
+                    {"name": topic, "partition_indexes": [p for t, p in wanted if t == topic]}
+                    for topic in dict.fromkeys(t for t, _ in wanted)
+                ]
+            )
             return WireRequest(
                 9,
                 {
@@ -355,7 +368,18 @@ def to_wire(request: GroupRequest) -> WireRequest:
                     "require_stable": request.require_stable,
                 },
                 group_id=request.group_id,
+                # "all partitions" (null topics) needs v2
+                min_version=2 if wanted is None else 0,
+                needs="fetching every committed offset of a group",
             )
+        case DescribeGroupsRequest():
+            return WireRequest(
+                15,
+                {"groups": list(request.group_ids), "include_authorized_operations": False},
+                group_id=",".join(request.group_ids),
+            )
+        case ListGroupsRequest():
+            return WireRequest(16, {"states_filter": []}, group_id="")
         case _:
             raise TypeError(f"not a kgroup group request: {type(request).__name__}")
 
@@ -677,6 +701,50 @@ def _offset_fetch(fields: _Fields, version: int) -> OffsetFetchResponse:
     )
 
 
+def _describe_groups(fields: _Fields, version: int) -> DescribeGroupsResponse:
+    return DescribeGroupsResponse(
+        groups=tuple(
+            DescribedGroup(
+                error_code=group.get_int("error_code"),
+                group_id=group.get_str("group_id"),
+                state=group.get_str("group_state"),
+                protocol_type=group.get_str("protocol_type"),
+                protocol=group.get_str("protocol_data"),
+                members=tuple(
+                    DescribedMember(
+                        member_id=m.get_str("member_id"),
+                        group_instance_id=(
+                            m.get_nullable_str("group_instance_id") if version >= 4 else None
+                        ),
+                        client_id=m.get_str("client_id"),
+                        client_host=m.get_str("client_host"),
+                        metadata=m.get_bytes("member_metadata", null_as_empty=True),
+                        assignment=m.get_bytes("member_assignment", null_as_empty=True),
+                    )
+                    for m in group.get_array("members")
+                ),
+            )
+            for group in fields.get_array("groups")
+        ),
+        throttle_time_ms=_throttle(fields, version, 1),
+    )
+
+
+def _list_groups(fields: _Fields, version: int) -> ListGroupsResponse:
+    return ListGroupsResponse(
+        error_code=fields.get_int("error_code"),
+        groups=tuple(
+            ListedGroup(
+                group_id=g.get_str("group_id"),
+                protocol_type=g.get_str("protocol_type"),
+                state=g.get_str("group_state") if version >= 4 else None,
+            )
+            for g in fields.get_array("groups")
+        ),
+        throttle_time_ms=_throttle(fields, version, 1),
+    )
+
+
 _DECODERS: Final[dict[int, Callable[[_Fields, int], GroupResponse]]] = {
     8: _offset_commit,
     9: _offset_fetch,
@@ -685,4 +753,6 @@ _DECODERS: Final[dict[int, Callable[[_Fields, int], GroupResponse]]] = {
     12: _heartbeat,
     13: _leave_group,
     14: _sync_group,
+    15: _describe_groups,
+    16: _list_groups,
 }

@@ -86,6 +86,8 @@ API_NAMES: Final[dict[int, str]] = {
     12: "Heartbeat",
     13: "LeaveGroup",
     14: "SyncGroup",
+    15: "DescribeGroups",
+    16: "ListGroups",
 }
 
 #: The versions kgroup implements, per API key, inclusive (spec section 4.8).
@@ -104,10 +106,22 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     12: (0, 4),
     13: (0, 5),
     14: (0, 5),
+    15: (0, 5),
+    16: (0, 4),
 }
 
 #: The first flexible (KIP-482) version of each API.
-FLEXIBLE_FROM: Final[dict[int, int]] = {8: 8, 9: 6, 10: 3, 11: 6, 12: 4, 13: 4, 14: 4}
+FLEXIBLE_FROM: Final[dict[int, int]] = {
+    8: 8,
+    9: 6,
+    10: 3,
+    11: 6,
+    12: 4,
+    13: 4,
+    14: 4,
+    15: 5,
+    16: 3,
+}
 
 _Field = tuple[str, Any]
 
@@ -613,6 +627,70 @@ def _offset_fetch_response(v: int) -> Any:
     )
 
 
+# DescribeGroups (15). v1 adds the throttle time; v3 authorized operations; v4 the members'
+# group_instance_id (KIP-345); v5 is flexible. ListGroups (16). v1 adds the throttle time;
+# v3 is flexible; v4 adds the states filter and each group's state (KIP-518). Both are for
+# ``kgroup describe`` and ``kgroup groups``.
+
+
+def _describe_groups_request(v: int) -> Any:
+    f = _Format(flexible=v >= 5)
+    return f.struct(
+        ("groups", f.array_of(f.string)),
+        *_since(v, 3, ("include_authorized_operations", Boolean)),
+    )
+
+
+def _describe_groups_response(v: int) -> Any:
+    f = _Format(flexible=v >= 5)
+    return f.struct(
+        *_since(v, 1, ("throttle_time_ms", Int32)),
+        (
+            "groups",
+            f.array(
+                ("error_code", Int16),
+                ("group_id", f.string),
+                ("group_state", f.string),
+                ("protocol_type", f.string),
+                ("protocol_data", f.string),
+                (
+                    "members",
+                    f.array(
+                        ("member_id", f.string),
+                        *_since(v, 4, ("group_instance_id", f.string)),
+                        ("client_id", f.string),
+                        ("client_host", f.string),
+                        ("member_metadata", f.bytes),
+                        ("member_assignment", f.bytes),
+                    ),
+                ),
+                *_since(v, 3, ("authorized_operations", Int32)),
+            ),
+        ),
+    )
+
+
+def _list_groups_request(v: int) -> Any:
+    f = _Format(flexible=v >= 3)
+    return f.struct(*_since(v, 4, ("states_filter", f.array_of(f.string))))
+
+
+def _list_groups_response(v: int) -> Any:
+    f = _Format(flexible=v >= 3)
+    return f.struct(
+        *_since(v, 1, ("throttle_time_ms", Int32)),
+        ("error_code", Int16),
+        (
+            "groups",
+            f.array(
+                ("group_id", f.string),
+                ("protocol_type", f.string),
+                *_since(v, 4, ("group_state", f.string)),
+            ),
+        ),
+    )
+
+
 class _Schemas(NamedTuple):
     request: Callable[[int], Any]
     response: Callable[[int], Any]
@@ -626,6 +704,8 @@ _SCHEMAS: Final[dict[int, _Schemas]] = {
     12: _Schemas(_heartbeat_request, _heartbeat_response),
     13: _Schemas(_leave_group_request, _leave_group_response),
     14: _Schemas(_sync_group_request, _sync_group_response),
+    15: _Schemas(_describe_groups_request, _describe_groups_response),
+    16: _Schemas(_list_groups_request, _list_groups_response),
 }
 
 # Everything struct-level that encoding or decoding can raise on a bad value or bad bytes:

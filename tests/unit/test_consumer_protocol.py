@@ -29,10 +29,12 @@ from kgroup._core._consumer_protocol import (
     TopicPartition,
 )
 from kgroup._core._messages import (
+    DescribeGroupsResponse,
     FindCoordinatorResponse,
     HeartbeatResponse,
     JoinGroupResponse,
     LeaveGroupResponse,
+    ListGroupsResponse,
     OffsetCommitResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
@@ -579,6 +581,8 @@ RESPONSE_VALUES = {
     12: HeartbeatResponse,
     13: LeaveGroupResponse,
     14: SyncGroupResponse,
+    15: DescribeGroupsResponse,
+    16: ListGroupsResponse,
 }
 response_keys = st.sampled_from(sorted(RESPONSE_TYPES))
 
