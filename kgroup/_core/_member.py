@@ -380,6 +380,8 @@ class MemberCore:
         self.lease_expirations = 0
         # The heartbeat in flight: (send time, Generation, sent while STABLE).
         self._hb_sent: tuple[float, Generation, bool] | None = None
+        #: When the last heartbeat was sent (for the lease-renewal heartbeat).
+        self._last_heartbeat_sent_at: float | None = None
         self._join_answered_at = now
         self._sync_sent_at = now
         # (member id, protocols) -> send time of the first JoinGroup carrying them.
@@ -964,13 +966,16 @@ class MemberCore:
             return PollTimeoutLeave(leave)
         if timers.in_flight:
             return HeartbeatWait(_earliest(now + backoff, lease_wake))
-        if not timers.heartbeat.expired(now):
+        renew_at = self._lease_renew_at()
+        renew = renew_at is not None and now >= renew_at
+        if not timers.heartbeat.expired(now) and not renew:
             return HeartbeatWait(
                 _earliest(
                     min(timers.heartbeat.deadline, timers.session.deadline, timers.poll.deadline),
-                    lease_wake,
+                    _earliest(renew_at, lease_wake) if renew_at is not None else lease_wake,
                 )
             )
+        self._last_heartbeat_sent_at = now
         timers.sent(now)
         self._hb_sent = (now, self.generation, self.state is MemberState.STABLE)
         request = HeartbeatRequest(
@@ -980,6 +985,21 @@ class MemberCore:
             group_instance_id=self.config.group_instance_id,
         )
         return SendHeartbeat(request, self.generation, self.config.request_timeout_ms)
+
+    def _lease_renew_at(self) -> float | None:
+        """When to send a heartbeat early because the lease's session proof runs out within
+        one heartbeat interval (after a join that took most of the session timeout, the
+        only proof is the JoinGroup's send time). None when no such heartbeat is due: nothing
+        is held or about to be installed, or one was already sent for this proof."""
+        if self._lease_expired_at is not None:
+            return None
+        if not (self.holds_assignment() or self._phase in ("synced", "complete")):
+            return None
+        deadline = self.lease.session_deadline(self._created_at)
+        renew_at = deadline - self.config.heartbeat_interval_ms
+        if self._last_heartbeat_sent_at is not None and self._last_heartbeat_sent_at >= renew_at:
+            return None
+        return renew_at
 
     def _heartbeat_sent_at(self, sent: Generation) -> tuple[float, bool] | None:
         """(send time, sent while STABLE) of the heartbeat answered now, if it was sent under

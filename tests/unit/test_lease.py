@@ -23,6 +23,7 @@ from kgroup._core._member import (
     AwaitJoin,
     AwaitLeaseProof,
     ComputeAssignment,
+    FindCoordinator,
     HeartbeatDisabled,
     HeartbeatFindCoordinator,
     HeartbeatWait,
@@ -30,8 +31,10 @@ from kgroup._core._member import (
     MemberCore,
     PollTimeoutLeave,
     PrepareJoin,
+    SendHeartbeat,
     SendJoinGroup,
     SendSyncGroup,
+    Sleep,
 )
 from kgroup._core._messages import HeartbeatResponse, JoinGroupResponse
 from kgroup._core._state import Generation, MemberState
@@ -442,3 +445,55 @@ def test_poll_timeout_leave_still_sent(make_harness) -> None:
     action = h.hb()
     assert isinstance(action, PollTimeoutLeave) and action.leave is not None
     assert expirations(h) == [20_000]
+
+
+def _join_held_for(h: Any, held_ms: float) -> None:
+    """Join as a follower whose JoinGroup the broker held for ``held_ms`` (it waited out
+    a crashed member), then sync and install one partition."""
+    h.poll()
+    while True:
+        action = h.action()
+        if isinstance(action, FindCoordinator):
+            h.lookup(1)
+        elif isinstance(action, PrepareJoin):
+            h.embedding.prepare(lost=action.lost)
+        elif isinstance(action, Sleep):
+            h.at(action.until)
+        elif isinstance(action, SendJoinGroup):
+            break
+    h.advance(held_ms)
+    h.join_response(
+        generation=1, member_id="m-1", leader="l", protocol_name="range", protocol_type="consumer"
+    )
+    h.sync_response(
+        assignment=h.assignment_bytes(h.tps("t", 0)),
+        protocol_type="consumer",
+        protocol_name="range",
+    )
+    h.complete()
+
+
+def test_a_join_that_took_most_of_the_session_renews_the_lease_at_once(make_harness) -> None:
+    """Found by the records consumer's crash test: the only session proof after a long join
+    is the JoinGroup's send time, so the lease ran out 0.2 s after the sync, before the first
+    heartbeat (due one interval later). A heartbeat goes out at once instead; its answer
+    renews the lease, and the cadence is normal again afterwards."""
+    h = make_harness(session_timeout_ms=6_000, heartbeat_interval_ms=500)
+    _join_held_for(h, 5_800)
+    joined_at = h.now
+    assert h.core.valid_until is not None and h.core.valid_until <= 6_000
+    beat = h.hb_expect(SendHeartbeat)
+    h.advance(5)
+    h.hb_respond(beat)
+    assert h.core.valid_until == joined_at + 6_000  # proof: that heartbeat's send time
+    wait = h.hb_expect(HeartbeatWait)
+    assert wait.until == joined_at + 500  # back to the normal interval
+    h.at(6_500)
+    assert not h.core.check_lease(h.now)
+
+
+def test_no_early_heartbeat_after_a_quick_join(make_harness) -> None:
+    h = make_harness(session_timeout_ms=6_000, heartbeat_interval_ms=500)
+    _join_held_for(h, 100)
+    wait = h.hb_expect(HeartbeatWait)
+    assert wait.until == h.now + 500
