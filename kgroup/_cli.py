@@ -230,7 +230,7 @@ def _table(rows: Sequence[Sequence[object]]) -> str:
 def _inspect(args: argparse.Namespace) -> int:
     import json
 
-    from ._errors import ConfigError
+    from ._errors import ConfigError, KGroupError
     from ._inspect import (
         BrokerUnreachable,
         GroupNotFound,
@@ -263,7 +263,7 @@ def _inspect(args: argparse.Namespace) -> int:
     except BrokerUnreachable as exc:
         print(f"kgroup {args.command}: broker unreachable: {exc}", file=sys.stderr)
         return EXIT_UNREACHABLE
-    except InspectError as exc:
+    except (InspectError, KGroupError) as exc:  # e.g. AuthenticationFailed
         print(f"kgroup {args.command}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     if args.json:

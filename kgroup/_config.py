@@ -248,6 +248,10 @@ class GroupConfig:
             raise ConfigError("ssl_context", "give either ssl_context or the ssl_* files, not both")
         if self.ssl_keyfile is not None and self.ssl_certfile is None:
             raise ConfigError("ssl_keyfile", "needs ssl_certfile")
+        if self.ssl_key_password is not None and self.ssl_certfile is None:
+            raise ConfigError(
+                "ssl_key_password", "needs ssl_certfile (and ssl_keyfile if the key is apart)"
+            )
         uses_sasl = self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
         if uses_sasl:
             if self.sasl_mechanism not in SASL_MECHANISMS:

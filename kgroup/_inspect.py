@@ -43,6 +43,7 @@ from ._errors import (
     RemoteProtocolError,
 )
 from ._runtime._connection import BrokerConnection, Cluster
+from ._runtime._security import connection_kwargs
 
 __all__ = [
     "BrokerUnreachable",
@@ -124,7 +125,11 @@ def _config(bootstrap: str, overrides: dict[str, Any]) -> GroupConfig:
 async def _open(config: GroupConfig, host: str, port: int, timeout_ms: int) -> BrokerConnection:
     try:
         return await BrokerConnection.open(
-            host, port, client_id=config.client_id, timeout_ms=timeout_ms
+            host,
+            port,
+            client_id=config.client_id,
+            timeout_ms=timeout_ms,
+            security=connection_kwargs(config),
         )
     except CoordinatorError as exc:
         raise BrokerUnreachable(str(exc)) from exc
@@ -145,7 +150,12 @@ async def list_groups(
     :class:`GroupConfig` fields (client id, security settings)."""
     cfg = _config(bootstrap, config)
     timeout_ms = int(timeout * 1000)
-    cluster = Cluster(cfg.brokers, client_id=cfg.client_id, request_timeout_ms=timeout_ms)
+    cluster = Cluster(
+        cfg.brokers,
+        client_id=cfg.client_id,
+        request_timeout_ms=timeout_ms,
+        security=connection_kwargs(cfg),
+    )
     try:
         async with asyncio.timeout(timeout):
             try:
@@ -203,6 +213,7 @@ async def _log_end_offsets(
         client_id=cfg.client_id,
         request_timeout_ms=timeout_ms,
         enable_auto_commit=False,
+        **connection_kwargs(cfg),
     )
     await consumer.start()
     try:
@@ -220,7 +231,12 @@ async def describe_group(
     :class:`InspectError`."""
     cfg = _config(bootstrap, config)
     timeout_ms = int(timeout * 1000)
-    cluster = Cluster(cfg.brokers, client_id=cfg.client_id, request_timeout_ms=timeout_ms)
+    cluster = Cluster(
+        cfg.brokers,
+        client_id=cfg.client_id,
+        request_timeout_ms=timeout_ms,
+        security=connection_kwargs(cfg),
+    )
     try:
         async with asyncio.timeout(timeout):
             try:

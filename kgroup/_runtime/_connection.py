@@ -39,13 +39,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import random
+import ssl
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from io import BytesIO
 from typing import Any, Final, Protocol
 
+from aiokafka import errors as aiokafka_errors
 from aiokafka.conn import AIOKafkaConnection, CloseReason
 from aiokafka.errors import KafkaError
 from aiokafka.protocol.admin import ApiVersionRequest
@@ -54,6 +57,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 from .. import _protocol
 from .._core._messages import FindCoordinatorResponse, LeaveGroupResponse
 from .._errors import (
+    AuthenticationFailed,
     CoordinatorError,
     ErrorCode,
     KGroupError,
@@ -256,6 +260,61 @@ class _Connection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is unty
         self.close(reason=CloseReason.OUT_OF_SYNC)
 
 
+class _RedactSaslTokens(logging.Filter):
+    """aiokafka logs every request it sends at debug level, SaslAuthenticate included, and a
+    PLAIN token is ``user NUL user NUL password``: this filter (on the ``aiokafka.conn``
+    logger, so it covers every aiokafka connection in the process) replaces the logged SASL
+    request by its name before any handler sees it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if isinstance(args, tuple) and any(_is_sasl_token(arg) for arg in args):
+            record.args = tuple(
+                f"{type(arg).__name__}(<redacted>)" if _is_sasl_token(arg) else arg for arg in args
+            )
+        return True
+
+
+def _is_sasl_token(value: object) -> bool:
+    return getattr(value, "API_KEY", None) == _SASL_AUTHENTICATE_KEY or isinstance(
+        value, bytes | bytearray
+    )
+
+
+_SASL_AUTHENTICATE_KEY: Final = 36
+_SASL_REDACTION: Final = _RedactSaslTokens("kgroup.redact_sasl")
+if not any(isinstance(f, _RedactSaslTokens) for f in logging.getLogger("aiokafka.conn").filters):
+    logging.getLogger("aiokafka.conn").addFilter(_SASL_REDACTION)
+
+
+# What a broker that rejects this client's identity makes aiokafka raise: a SASL failure
+# (wrong password, unknown user, mechanism not enabled) or a failed TLS handshake.
+_AUTH_ERRORS: Final = (
+    aiokafka_errors.SaslAuthenticationFailed,
+    aiokafka_errors.UnsupportedSaslMechanismError,
+    aiokafka_errors.IllegalSaslStateError,
+    aiokafka_errors.AuthenticationFailedError,
+    ssl.SSLError,
+)
+
+
+def _authentication_failed(
+    where: str, security: Mapping[str, Any] | None, exc: BaseException
+) -> AuthenticationFailed:
+    """A fatal error naming the broker, the protocol and mechanism and the broker's reason.
+    aiokafka's messages carry the broker's error message, never the client's secret."""
+    options = security or {}
+    how = str(options.get("security_protocol", "PLAINTEXT"))
+    if options.get("sasl_mechanism"):
+        how += f" {options['sasl_mechanism']} as {options.get('sasl_plain_username')!r}"
+    kind = "TLS handshake" if isinstance(exc, ssl.SSLError) else "authentication"
+    reason = str(exc) or type(exc).__name__
+    secret = options.get("sasl_plain_password")
+    if isinstance(secret, str) and secret:
+        reason = reason.replace(secret, "***")  # defensive: never echo the secret
+    return AuthenticationFailed(f"{kind} with {where} ({how}) failed: {reason}")
+
+
 def _bad_size(size: int) -> str:
     if size < 0:
         return f"announced a frame of {size} bytes (a negative size)"
@@ -310,12 +369,28 @@ class BrokerConnection:
 
     @classmethod
     async def open(
-        cls, host: str, port: int, *, client_id: str, timeout_ms: float
+        cls,
+        host: str,
+        port: int,
+        *,
+        client_id: str,
+        timeout_ms: float,
+        security: Mapping[str, Any] | None = None,
     ) -> BrokerConnection:
-        """Connect and exchange ApiVersions. Raises CoordinatorError (retriable), chained
-        from the cause, for every failure: refused, timed out, broken or malformed."""
+        """Connect, exchange ApiVersions and (``security``: aiokafka's TLS/SASL arguments,
+        from ``kgroup._runtime._security.connection_kwargs``) authenticate.
+
+        Raises AuthenticationFailed (fatal) when the broker rejects the credentials or the
+        TLS handshake fails, and CoordinatorError (retriable), chained from the cause, for
+        every other failure: refused, timed out, broken or malformed."""
         where = f"{host}:{port}"
-        conn = _Connection(host, port, client_id=client_id, request_timeout_ms=_AIOKAFKA_TIMEOUT_MS)
+        conn = _Connection(
+            host,
+            port,
+            client_id=client_id,
+            request_timeout_ms=_AIOKAFKA_TIMEOUT_MS,
+            **(security or {}),
+        )
         try:
             async with asyncio.timeout(timeout_ms / 1000):
                 await conn.connect()
@@ -331,9 +406,13 @@ class BrokerConnection:
             raise CoordinatorError(
                 f"cannot connect to {where}: {phase} within {timeout_ms:.0f} ms"
             ) from exc
+        except _AUTH_ERRORS as exc:
+            conn.close()
+            raise _authentication_failed(where, security, exc) from None
         except (KGroupError, OSError, KafkaError, OverflowError, ValueError) as exc:
             # OverflowError/ValueError: the socket layer rejecting the address itself (a
             # port outside 0-65535, a NUL in the host).
+            conn.close()
             detail = str(exc) if isinstance(exc, KGroupError) else repr(exc)
             raise CoordinatorError(f"cannot connect to {where}: {detail}") from exc
         return cls(conn, host, port)
@@ -453,8 +532,10 @@ class Cluster:
         *,
         client_id: str,
         request_timeout_ms: int,
+        security: Mapping[str, Any] | None = None,
     ) -> None:
         self._seeds = list(brokers)
+        self._security = dict(security or {})
         self._client_id = client_id
         self._timeout_ms = request_timeout_ms
         self._known: dict[int, tuple[str, int]] = {}
@@ -483,7 +564,11 @@ class Cluster:
             for host, port in self._candidates():
                 try:
                     self._conn = await BrokerConnection.open(
-                        host, port, client_id=self._client_id, timeout_ms=self._timeout_ms
+                        host,
+                        port,
+                        client_id=self._client_id,
+                        timeout_ms=self._timeout_ms,
+                        security=self._security,
                     )
                     return self._conn
                 except CoordinatorError as exc:

@@ -78,6 +78,7 @@ from .._listener import RebalanceListener
 from .._log import log_core_event, logger
 from ._connection import BrokerConnection, Cluster
 from ._loop_thread import LoopThread, set_event, task_future
+from ._security import connection_kwargs
 
 __all__ = ["GroupMember"]
 
@@ -209,8 +210,13 @@ class GroupMember:
         self._app_loop: asyncio.AbstractEventLoop | None = None
         self._coord_loop: asyncio.AbstractEventLoop | None = None
         self._abandon_task: asyncio.Task[None] | None = None
+        #: TLS/SASL arguments for every connection (secrets stay inside aiokafka).
+        self._security = connection_kwargs(config)
         self._cluster = Cluster(
-            config.brokers, client_id=config.client_id, request_timeout_ms=config.request_timeout_ms
+            config.brokers,
+            client_id=config.client_id,
+            request_timeout_ms=config.request_timeout_ms,
+            security=self._security,
         )
         self._coord_conn: BrokerConnection | None = None
         self._coord_for: Coordinator | None = None
@@ -395,6 +401,10 @@ class GroupMember:
             "member.lease_renewed",
         ):
             self._wake_poll()
+        if event == "member.synced":
+            # The lease may need a renewal heartbeat now (a join that took most of the
+            # session timeout): let the heartbeat task recompute its wait.
+            self._wake_hb()
         if event == "member.coordinator_lost":
             # Spec §4.0.3: the core forgot the coordinator first; now drop the connection so
             # every request in flight on it fails at once.
@@ -511,6 +521,7 @@ class GroupMember:
                     coord.port,
                     client_id=self._config.client_id,
                     timeout_ms=self._config.request_timeout_ms,
+                    security=self._security,
                 )
             except CoordinatorError as exc:
                 with self._lock:
@@ -942,6 +953,7 @@ class GroupMember:
             if completion.rejoin_reason:
                 core.request_rejoin(completion.rejoin_reason)
             core.join_completed(self._now())
+        self._wake_hb()  # the installed assignment may want a lease-renewal heartbeat
         logger.info(
             "member.stable",
             group=self._config.group_id,

@@ -381,6 +381,10 @@ class KafkaBroker(ProcessBroker):
             self.classpath,
         ]
 
+    def _format_args(self) -> list[str]:
+        """Extra StorageTool ``format`` arguments (a subclass adds SCRAM credentials)."""
+        return []
+
     def _format(self, props: Path) -> None:
         result = subprocess.run(
             [
@@ -392,6 +396,7 @@ class KafkaBroker(ProcessBroker):
                 "--config",
                 str(props),
                 "--ignore-formatted",
+                *self._format_args(),
             ],
             stdin=subprocess.DEVNULL,
             capture_output=True,

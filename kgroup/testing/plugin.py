@@ -59,6 +59,7 @@ except ImportError:  # pragma: no cover - the async fixtures need pytest-asyncio
     pytest_asyncio = None  # type: ignore[assignment]
 
 from ._kafka import KafkaBroker
+from ._kafka_secure import SecureKafkaBroker
 from ._members import MemberGroup
 from ._mock_cluster import MockCluster
 from ._ports import Broker, BrokerUnavailable
@@ -82,6 +83,7 @@ kafka_and_tansu = broker_params
 
 _FIXTURE_MARKERS = {
     "kafka_broker": "kafka",
+    "secure_kafka_broker": "kafka",
     "proxied_kafka": "kafka",
     "proxied_kafka_session": "kafka",
     "proxied_tansu": "tansu",
@@ -187,6 +189,21 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     finally:
         broker.close()
         proxy.close()
+
+
+@pytest.fixture(scope="session")
+def secure_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafkaBroker]:
+    """Apache Kafka with an SSL and a SASL_SSL (PLAIN, SCRAM-SHA-512) listener and ACLs
+    enforced; users ``admin`` (super user), ``alice`` and ``bob`` with random passwords
+    (``broker.passwords``), CA in ``broker.ca_file``. Started on first use (about 3 s)."""
+    log_path = tmp_path_factory.mktemp("secure-kafka") / "broker.log"
+    _started_logs.append(("secure_kafka_broker", log_path))
+    broker = SecureKafkaBroker(log_path=log_path)
+    try:
+        _start_or_skip(broker.start)
+        yield broker
+    finally:
+        broker.close()
 
 
 @pytest.fixture(scope="session")
