@@ -42,6 +42,7 @@ from ._errors import (
     UsageError,
 )
 from ._listener import RebalanceListener
+from ._runtime._consumer import GroupConsumer, NoOffsetForPartition
 from ._runtime._member import GroupMember
 from ._runtime._offsets import OffsetAndMetadata
 
@@ -58,6 +59,7 @@ __all__ = [
     "Generation",
     "GroupAuthorizationFailed",
     "GroupConfig",
+    "GroupConsumer",
     "GroupError",
     "GroupMaxSizeReached",
     "GroupMember",
@@ -69,6 +71,7 @@ __all__ = [
     "LocalProtocolError",
     "MemberState",
     "MemberSubscription",
+    "NoOffsetForPartition",
     "OffsetAndMetadata",
     "OffsetsError",
     "ProtocolViolation",

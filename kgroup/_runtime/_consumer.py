@@ -1,0 +1,817 @@
+"""GroupConsumer: records delivery on top of kgroup's membership.
+
+Who owns what is decided by :class:`~kgroup.GroupMember` (kgroup's own join, sync, heartbeat
+and lease). The records are read by an :class:`aiokafka.AIOKafkaConsumer` created with
+``group_id=None`` and driven by manual ``assign()``/``seek()``: aiokafka's public API gives
+prefetching, decompression, deserialisers, isolation levels and offset resets, and it never
+talks to the group coordinator, so membership and commits stay kgroup's alone. (Driving
+aiokafka's ``Fetcher`` directly would save nothing but tie kgroup to private aiokafka code.)
+
+Invariants (spec §6.2, §6.4, §9, §11.4):
+
+- Every fetch call (``getmany``, ``getone``, ``__anext__``) is a poll: it resets the poll
+  timer, runs a pending rebalance (and the listener callbacks) in the caller's task, and a
+  fetch that waits for records wakes up as soon as a rebalance becomes pending.
+- A record is handed to the application only for a partition that the member owns now, whose
+  revoke/lost callback has not started, and only while the member's lease holds
+  (``member.valid_until``). Everything is decided after the last ``await`` of the call, so no
+  callback can slip in between the check and the return.
+- Revoked partitions: delivery stops, their processed positions are auto-committed (when
+  enabled), the user's callback runs, then they leave the fetcher (buffered records dropped).
+  Lost partitions: delivery stops and they leave the fetcher without any commit, then the
+  user's callback runs.
+- Newly assigned partitions start at their committed offset (OffsetFetch), or where
+  ``auto_offset_reset`` says when nothing is committed; then the user's callback runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import ConsumerRecord
+from aiokafka.structs import TopicPartition as AioTopicPartition
+
+from .._config import GroupConfig
+from .._core._consumer_protocol import TopicPartition
+from .._core._state import MemberState
+from .._errors import CommitFailed, ConfigError, KGroupError, UsageError
+from .._log import logger
+from ._member import GroupMember
+from ._offsets import OffsetAndMetadata, commit_offsets, fetch_committed
+from ._security import connection_kwargs
+
+__all__ = ["ConsumerRecord", "GroupConsumer", "NoOffsetForPartition"]
+
+_RESETS = ("earliest", "latest", "none")
+_ISOLATION = ("read_uncommitted", "read_committed")
+#: How long one wait inside getone()/__anext__ lasts before it polls again (seconds).
+_GETONE_SLICE = 1.0
+
+_Fetched = dict[AioTopicPartition, list[ConsumerRecord[Any, Any]]]
+
+
+class NoOffsetForPartition(KGroupError):
+    """A partition was assigned with no committed offset and ``auto_offset_reset="none"``.
+
+    ``partitions`` lists them. They stay assigned but are not fetched until the application
+    positions them with :meth:`GroupConsumer.seek`."""
+
+    def __init__(self, partitions: Iterable[TopicPartition]) -> None:
+        self.partitions = frozenset(partitions)
+        names = ", ".join(sorted(str(tp) for tp in self.partitions))
+        super().__init__(
+            f"no committed offset for {names} and auto_offset_reset='none': seek() them"
+        )
+
+
+def _aio(tp: TopicPartition) -> AioTopicPartition:
+    return AioTopicPartition(tp.topic, tp.partition)
+
+
+def _check_ms(name: str, value: object, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(name, f"must be an int >= {minimum}, got {value!r}")
+    return value
+
+
+class _ConsumerListener:
+    """The listener kgroup gives the member: it keeps the fetcher in step with the
+    assignment, then calls the application's listener."""
+
+    def __init__(self, consumer: GroupConsumer) -> None:
+        self._consumer = consumer
+
+    async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+        await self._consumer._on_revoked(partitions)
+
+    async def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+        await self._consumer._on_assigned(partitions)
+
+    async def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+        await self._consumer._on_lost(partitions)
+
+
+class GroupConsumer:
+    """A Kafka consumer whose group membership is kgroup's :class:`GroupMember`.
+
+    Example::
+
+        config = GroupConfig(bootstrap_servers="localhost:9092", group_id="g", topics=["t"])
+        async with GroupConsumer(config, auto_offset_reset="earliest") as consumer:
+            async for record in consumer:
+                await handle(record)        # auto-commit stores what was handed out
+
+    Parameters (besides ``config`` and ``listener``, as for :class:`GroupMember`):
+
+    - ``enable_auto_commit``: commit the processed positions every ``auto_commit_interval_ms``
+      (from the fetch calls), before partitions are revoked, and on ``close()``.
+    - ``auto_offset_reset``: where a partition with no committed offset starts:
+      ``"earliest"``, ``"latest"`` (default) or ``"none"`` (raise :class:`NoOffsetForPartition`).
+    - ``key_deserializer`` / ``value_deserializer``: callables on the raw bytes.
+    - fetch settings handed to aiokafka: ``fetch_max_wait_ms``, ``fetch_min_bytes``,
+      ``fetch_max_bytes``, ``max_partition_fetch_bytes``, ``max_poll_records`` (cap of one
+      ``getmany`` when ``max_records`` is not given), ``isolation_level``
+      (``"read_uncommitted"`` or ``"read_committed"``), ``check_crcs``.
+
+    The "processed position" of a partition is the offset after the last record handed to
+    the application (or where it was positioned: assignment, ``seek()``). ``commit()``
+    without arguments commits those positions; at-least-once delivery holds when the
+    application has processed every record a fetch call returned before it makes the next
+    fetch call (rebalances run only inside fetch calls and ``close()``).
+    """
+
+    def __init__(
+        self,
+        config: GroupConfig,
+        *,
+        listener: object | None = None,
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: int = 5000,
+        auto_offset_reset: str = "latest",
+        key_deserializer: Callable[[bytes], Any] | None = None,
+        value_deserializer: Callable[[bytes], Any] | None = None,
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        fetch_max_bytes: int = 52_428_800,
+        max_partition_fetch_bytes: int = 1_048_576,
+        max_poll_records: int | None = None,
+        isolation_level: str = "read_uncommitted",
+        check_crcs: bool = True,
+    ) -> None:
+        if not isinstance(config, GroupConfig):
+            raise UsageError(f"config must be a GroupConfig, got {type(config).__name__}")
+        if not config.topics:
+            raise ConfigError("topics", "a GroupConsumer needs at least one topic to consume")
+        if not isinstance(enable_auto_commit, bool):
+            raise ConfigError("enable_auto_commit", f"must be a bool, got {enable_auto_commit!r}")
+        if auto_offset_reset not in _RESETS:
+            raise ConfigError(
+                "auto_offset_reset",
+                f"must be one of {', '.join(_RESETS)}, got {auto_offset_reset!r}",
+            )
+        if isolation_level not in _ISOLATION:
+            raise ConfigError(
+                "isolation_level",
+                f"must be one of {', '.join(_ISOLATION)}, got {isolation_level!r}",
+            )
+        for name, fn in (
+            ("key_deserializer", key_deserializer),
+            ("value_deserializer", value_deserializer),
+        ):
+            if fn is not None and not callable(fn):
+                raise ConfigError(name, f"must be callable or None, got {fn!r}")
+        if max_poll_records is not None:
+            _check_ms("max_poll_records", max_poll_records, minimum=1)
+        self._config = config
+        self._user_listener = listener
+        self._auto_commit = enable_auto_commit
+        self._auto_commit_interval = _check_ms(
+            "auto_commit_interval_ms", auto_commit_interval_ms, minimum=1
+        )
+        self._reset = auto_offset_reset
+        self._kafka_kwargs: dict[str, Any] = {
+            "key_deserializer": key_deserializer,
+            "value_deserializer": value_deserializer,
+            "fetch_max_wait_ms": _check_ms("fetch_max_wait_ms", fetch_max_wait_ms),
+            "fetch_min_bytes": _check_ms("fetch_min_bytes", fetch_min_bytes, minimum=1),
+            "fetch_max_bytes": _check_ms("fetch_max_bytes", fetch_max_bytes, minimum=1),
+            "max_partition_fetch_bytes": _check_ms(
+                "max_partition_fetch_bytes", max_partition_fetch_bytes, minimum=1
+            ),
+            "max_poll_records": max_poll_records,
+            "isolation_level": isolation_level,
+            "check_crcs": bool(check_crcs),
+        }
+        self._member = GroupMember(config, listener=_ConsumerListener(self))
+        self._kafka: AIOKafkaConsumer | None = None
+        self._started = False
+        self._closing = False
+        self._closed = False
+        self._poll_lock = asyncio.Lock()
+        self._poll_slice = config.max_poll_interval_ms / 2000.0
+        # Partition bookkeeping (all mutated on the event loop only).
+        self._fetching: set[TopicPartition] = set()  # handed to aiokafka, positioned
+        self._unpositioned: set[TopicPartition] = set()  # owned, start offset not known yet
+        self._no_offset: set[TopicPartition] = set()  # nothing committed, reset "none"
+        self._releasing: set[TopicPartition] = set()  # revoke/lost callback started
+        self._revoke_commit_ok: frozenset[TopicPartition] = frozenset()  # revoked (not lost)
+        self._positions: dict[TopicPartition, int] = {}  # processed positions
+        self._committed: dict[TopicPartition, int] = {}  # last offset known committed
+        self._paused: set[TopicPartition] = set()
+        self._pending_error: KGroupError | None = None
+        self._next_auto_commit: float | None = None
+        # Counters.
+        self._records_delivered = 0
+        self._records_dropped = 0
+        self._commits_ok = 0
+        self._commits_failed = 0
+        self._auto_commits_ok = 0
+        self._auto_commits_failed = 0
+        self._last_commit_at: float | None = None
+
+    # -- public state ----------------------------------------------------------------------------
+
+    @property
+    def member(self) -> GroupMember:
+        return self._member
+
+    @property
+    def config(self) -> GroupConfig:
+        return self._config
+
+    @property
+    def assignment(self) -> frozenset[TopicPartition]:
+        """The partitions the member owns now (its last completed rebalance)."""
+        return self._member.assignment
+
+    def stats(self) -> dict[str, Any]:
+        """``member.stats()`` plus records delivered/dropped, commit counts and the age of
+        the last successful commit (ms, None if none yet)."""
+        stats = dict(self._member.stats())
+        now = self._now()
+        stats.update(
+            {
+                "records_delivered": self._records_delivered,
+                "records_dropped": self._records_dropped,
+                "commits_ok": self._commits_ok,
+                "commits_failed": self._commits_failed,
+                "auto_commits_ok": self._auto_commits_ok,
+                "auto_commits_failed": self._auto_commits_failed,
+                "last_commit_age_ms": None
+                if self._last_commit_at is None
+                else round((now - self._last_commit_at) * 1000.0, 1),
+                "assigned": len(self._member.assignment),
+                "fetching": len(self._fetching),
+                "paused": len(self._paused),
+            }
+        )
+        return stats
+
+    def __repr__(self) -> str:
+        return (
+            f"<GroupConsumer group={self._config.group_id!r} "
+            f"state={self._member.state.name} assigned={len(self._member.assignment)}>"
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _now() -> float:
+        try:
+            return asyncio.get_running_loop().time()
+        except RuntimeError:
+            return 0.0
+
+    async def __aenter__(self) -> GroupConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Connect the fetcher and start the member. Joining happens in the first fetch."""
+        if self._started:
+            raise UsageError("GroupConsumer.start() was already called")
+        self._started = True
+        cfg = self._config
+        kafka = AIOKafkaConsumer(
+            bootstrap_servers=[f"{host}:{port}" for host, port in cfg.brokers],
+            client_id=cfg.client_id,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset=self._reset,
+            request_timeout_ms=cfg.request_timeout_ms,
+            retry_backoff_ms=cfg.retry_backoff_ms,
+            client_rack=cfg.rack_id,
+            **self._kafka_kwargs,
+            **connection_kwargs(cfg),  # security_protocol, ssl_context, sasl_*
+        )
+        self._kafka = kafka
+        try:
+            await kafka.start()
+            await self._member.start()
+        except BaseException:
+            self._closed = True
+            await kafka.stop()
+            await self._member.close()
+            raise
+        logger.info("consumer.started", group=cfg.group_id, topics=list(cfg.topics))
+
+    def _check_open(self) -> AIOKafkaConsumer:
+        if self._kafka is None or not self._started:
+            raise UsageError("GroupConsumer is not started: use 'async with' or await start()")
+        if self._closed or self._closing:
+            raise UsageError("GroupConsumer is closed")
+        return self._kafka
+
+    async def close(self) -> None:
+        """Commit the processed positions (auto-commit), revoke everything (the listener's
+        ``on_partitions_revoked``), leave the group, stop the fetcher (spec G47). Idempotent."""
+        if self._closed or self._closing:
+            return
+        if not self._started or self._kafka is None:
+            self._closed = True
+            await self._member.close()
+            return
+        self._closing = True
+        try:
+            if self._auto_commit and self._member.state is MemberState.STABLE:
+                budget = min(self._config.close_timeout_ms, self._config.request_timeout_ms)
+                await self._auto_commit_now(self._deliverable(), timeout=budget / 1000.0)
+            await self._member.close()
+        finally:
+            self._closed = True
+            await self._kafka.stop()
+            logger.info("consumer.closed", group=self._config.group_id, **self._counters())
+
+    def _counters(self) -> dict[str, Any]:
+        return {
+            "records_delivered": self._records_delivered,
+            "commits_ok": self._commits_ok,
+            "commits_failed": self._commits_failed,
+        }
+
+    # -- the listener (runs inside member.poll()/close(), in the caller's task) -------------------
+
+    async def _call_user(self, name: str, partitions: frozenset[TopicPartition]) -> None:
+        method = getattr(self._user_listener, name, None)
+        if method is None:
+            return
+        result = method(frozenset(partitions))
+        if inspect.isawaitable(result):
+            await result
+
+    async def _on_assigned(self, added: frozenset[TopicPartition]) -> None:
+        self._releasing -= added
+        self._next_auto_commit = self._now() + self._auto_commit_interval / 1000.0
+        if added:
+            await self._position(added)
+        await self._call_user("on_partitions_assigned", added)
+
+    async def _on_revoked(self, revoked: frozenset[TopicPartition]) -> None:
+        self._releasing |= revoked  # no record of these is handed out from now on
+        self._revoke_commit_ok = revoked
+        try:
+            if self._auto_commit and revoked:
+                await self._auto_commit_now(revoked & self._positions.keys())
+            await self._call_user("on_partitions_revoked", revoked)
+        finally:
+            self._revoke_commit_ok = frozenset()
+            self._drop(revoked)
+
+    async def _on_lost(self, lost: frozenset[TopicPartition]) -> None:
+        self._releasing |= lost
+        self._drop(lost)
+        await self._call_user("on_partitions_lost", lost)
+
+    def _drop(self, partitions: frozenset[TopicPartition]) -> None:
+        """Forget ``partitions``: out of the fetcher (its buffered records go with it)."""
+        for tp in partitions:
+            self._positions.pop(tp, None)
+            self._committed.pop(tp, None)
+        self._fetching -= partitions
+        self._unpositioned -= partitions
+        self._no_offset -= partitions
+        self._paused -= partitions
+        self._releasing -= partitions
+        self._install()
+
+    def _install(self) -> None:
+        """Hand ``_fetching`` to aiokafka at the known positions. No await inside: the
+        fetcher's background task sees the assignment and its positions together."""
+        kafka = self._kafka
+        if kafka is None or self._closed:
+            return
+        tps = sorted(self._fetching)
+        kafka.assign([_aio(tp) for tp in tps])
+        for tp in tps:
+            position = self._positions.get(tp)
+            if position is not None:
+                kafka.seek(_aio(tp), position)
+        paused = [_aio(tp) for tp in tps if tp in self._paused]
+        if paused:
+            kafka.pause(*paused)
+
+    async def _position(self, partitions: Iterable[TopicPartition]) -> None:
+        """Start ``partitions`` at their committed offsets, or by ``auto_offset_reset``.
+        Partitions whose OffsetFetch fails stay unpositioned; the next fetch call retries."""
+        wanted = frozenset(partitions)
+        if not wanted:
+            return
+        self._unpositioned |= wanted
+        try:
+            committed = await fetch_committed(self._member, wanted)
+        except KGroupError as exc:
+            logger.warning(
+                "consumer.offset_fetch_failed",
+                group=self._config.group_id,
+                partitions=sorted(str(tp) for tp in wanted),
+                error=repr(exc),
+            )
+            return
+        owned = self._member.assignment
+        fresh: set[TopicPartition] = set()
+        missing: set[TopicPartition] = set()
+        for tp in wanted:
+            if tp not in owned or tp not in self._unpositioned:
+                continue  # released (or seek()ed) while we waited
+            found = committed.get(tp)
+            if found is not None and found.offset >= 0:
+                self._positions[tp] = found.offset
+                self._committed[tp] = found.offset
+            elif self._reset == "none":
+                missing.add(tp)
+                self._unpositioned.discard(tp)
+                self._no_offset.add(tp)
+                continue
+            else:
+                fresh.add(tp)
+            self._unpositioned.discard(tp)
+            self._fetching.add(tp)
+        if wanted & self._fetching:
+            self._install()
+        logger.info(
+            "consumer.positioned",
+            group=self._config.group_id,
+            positions={str(tp): self._positions.get(tp) for tp in sorted(wanted)},
+            reset=sorted(str(tp) for tp in fresh),
+        )
+        if fresh:
+            await self._resolve_reset(fresh)
+        if missing:
+            self._pending_error = NoOffsetForPartition(missing)
+
+    async def _resolve_reset(self, partitions: Iterable[TopicPartition]) -> None:
+        """Wait for aiokafka's offset reset of ``partitions`` and remember where it put
+        them, so a later re-assignment of the fetcher keeps their place."""
+        kafka = self._kafka
+        if kafka is None:
+            return
+
+        bound = self._config.request_timeout_ms / 1000.0
+
+        async def one(tp: TopicPartition) -> None:
+            # Best effort: without it the partition is still fetched from the reset
+            # position; it is only not committed until a record is handed out.
+            with contextlib.suppress(Exception):
+                position = await asyncio.wait_for(kafka.position(_aio(tp)), bound)
+                if tp in self._fetching and tp not in self._positions:
+                    self._positions[tp] = int(position)
+
+        await asyncio.gather(*(one(tp) for tp in partitions))
+
+    # -- fetching --------------------------------------------------------------------------------
+
+    def _lease_holds(self) -> bool:
+        valid_until = self._member.valid_until
+        return valid_until is not None and self._now() < valid_until
+
+    def _deliverable(self, partitions: Iterable[TopicPartition] = ()) -> frozenset[TopicPartition]:
+        """Partitions whose records may be handed to the application right now."""
+        if not self._lease_holds():
+            return frozenset()
+        ready = (self._fetching & self._member.assignment) - self._releasing
+        wanted = frozenset(partitions)
+        if wanted:
+            ready &= wanted
+        return frozenset(ready)
+
+    def _rebalancing(self) -> bool:
+        def pending(core: Any) -> bool:
+            return bool(core.rejoin_needed or core.state is not MemberState.STABLE)
+
+        return self._member._core_call(pending)
+
+    async def _poll_member(self, deadline: float) -> None:
+        """The poll part of a fetch call: reset the poll timer, run what is pending; while
+        a rebalance is in progress keep driving it until ``deadline``."""
+        async with self._poll_lock:
+            await self._member.poll(timeout=0)
+            while not self._closing and self._rebalancing():
+                remaining = deadline - self._now()
+                if remaining <= 0:
+                    break
+                await self._member.poll(timeout=remaining)
+            retry = frozenset(self._unpositioned) & self._member.assignment
+            if retry and not self._closing:
+                await self._position(retry)
+        error, self._pending_error = self._pending_error, None
+        if error is not None:
+            raise error
+
+    async def _maybe_auto_commit(self) -> None:
+        due = self._next_auto_commit
+        if not self._auto_commit or due is None or self._now() < due:
+            return
+        self._next_auto_commit = self._now() + self._auto_commit_interval / 1000.0
+        if self._rebalancing():
+            return
+        await self._auto_commit_now(self._deliverable())
+
+    async def _wait_wake(self, timeout: float) -> bool:
+        """Wait until the member has something for poll() (or ``timeout``). True if woken."""
+        if timeout <= 0:
+            return False
+        try:
+            await asyncio.wait_for(self._member._poll_wake.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def _fetch(
+        self, partitions: frozenset[TopicPartition], timeout: float, max_records: int | None
+    ) -> _Fetched:
+        """aiokafka's getmany, cut short when a rebalance becomes pending. Cancelling it is
+        safe: aiokafka drains its buffer only after its last await."""
+        kafka = self._check_open()
+        tps = [_aio(tp) for tp in sorted(partitions)]
+        # Buffered records first, without a task: the common case under load.
+        drained: _Fetched = await kafka.getmany(*tps, timeout_ms=0, max_records=max_records)
+        if drained or timeout <= 0:
+            return drained
+        fetch: asyncio.Future[_Fetched] = asyncio.ensure_future(
+            kafka.getmany(*tps, timeout_ms=max(1, int(timeout * 1000)), max_records=max_records)
+        )
+        wake: asyncio.Future[Any] = asyncio.ensure_future(self._member._poll_wake.wait())
+        try:
+            waiting: set[asyncio.Future[Any]] = {fetch, wake}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            wake.cancel()
+            if not fetch.done():
+                fetch.cancel()
+            await asyncio.gather(wake, return_exceptions=True)
+            await asyncio.gather(fetch, return_exceptions=True)
+        if fetch.cancelled():
+            return {}
+        result: _Fetched = fetch.result()
+        return result
+
+    def _hand_out(
+        self, fetched: Mapping[AioTopicPartition, list[ConsumerRecord[Any, Any]]]
+    ) -> dict[TopicPartition, list[ConsumerRecord[Any, Any]]]:
+        """Keep only records the application may see now; remember the positions."""
+        allowed = self._deliverable()
+        out: dict[TopicPartition, list[ConsumerRecord[Any, Any]]] = {}
+        for aio_tp, records in fetched.items():
+            if not records:
+                continue
+            tp = TopicPartition(aio_tp.topic, aio_tp.partition)
+            if tp not in allowed:
+                self._records_dropped += len(records)
+                if tp in self._fetching and self._kafka is not None:
+                    # aiokafka moved past them: go back, so nothing is skipped if kept.
+                    self._kafka.seek(aio_tp, records[0].offset)
+                logger.debug(
+                    "consumer.records_dropped", group=self._config.group_id, partition=str(tp)
+                )
+                continue
+            out[tp] = records
+            self._positions[tp] = records[-1].offset + 1
+            self._records_delivered += len(records)
+        return out
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout: float = 0.0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[ConsumerRecord[Any, Any]]]:
+        """Records of owned partitions (all, or those named), waiting up to ``timeout``
+        seconds when none are buffered. A poll: see the class docstring."""
+        self._check_open()
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        if max_records is not None and (
+            isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 1
+        ):
+            raise ValueError(f"max_records must be a positive int or None, got {max_records!r}")
+        for tp in partitions:
+            if not isinstance(tp, tuple) or len(tp) != 2:
+                raise TypeError(f"partitions must be TopicPartition values, got {tp!r}")
+        wanted = frozenset(TopicPartition(tp[0], tp[1]) for tp in partitions)
+        deadline = self._now() + float(timeout)
+        while True:
+            await self._poll_member(deadline)
+            if self._closing:
+                return {}
+            await self._maybe_auto_commit()
+            ready = self._deliverable(wanted)
+            # Never wait past half the poll interval without polling again (§11.4): a long
+            # wait for records is the application polling, as in the Java client's loop.
+            remaining = min(deadline - self._now(), self._poll_slice)
+            if ready:
+                fetched = await self._fetch(ready, remaining, max_records)
+                if self._closing:
+                    return {}
+                records = self._hand_out(fetched)
+                if records:
+                    return records
+            else:
+                await self._wait_wake(remaining)
+            if self._now() >= deadline:
+                # One last poll, so the poll timer counts the end of the wait too.
+                await self._poll_member(deadline)
+                return {}
+
+    async def getone(self, *partitions: TopicPartition) -> ConsumerRecord[Any, Any]:
+        """The next record of an owned partition (all, or those named); waits for one."""
+        while True:
+            batch = await self.getmany(*partitions, timeout=_GETONE_SLICE, max_records=1)
+            for records in batch.values():
+                return records[0]
+            if self._closing or self._closed:
+                raise UsageError("GroupConsumer is closed")
+
+    def __aiter__(self) -> GroupConsumer:
+        return self
+
+    async def __anext__(self) -> ConsumerRecord[Any, Any]:
+        if self._closing or self._closed:
+            raise StopAsyncIteration
+        try:
+            return await self.getone()
+        except UsageError:
+            if self._closing or self._closed:
+                raise StopAsyncIteration from None
+            raise
+
+    # -- positions -------------------------------------------------------------------------------
+
+    def _owned(self, tp: object, what: str) -> TopicPartition:
+        if not isinstance(tp, tuple) or len(tp) != 2:
+            raise TypeError(f"{what}: expected a TopicPartition, got {tp!r}")
+        part = TopicPartition(tp[0], tp[1])
+        if part not in self._member.assignment or part in self._releasing:
+            raise UsageError(f"{what}: partition {part} is not assigned to this consumer")
+        return part
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        """Stop handing out (and fetching) records of these owned partitions."""
+        tps = [self._owned(tp, "pause") for tp in partitions]
+        self._paused.update(tps)
+        kafka = self._check_open()
+        fetching = [_aio(tp) for tp in tps if tp in self._fetching]
+        if fetching:
+            kafka.pause(*fetching)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        """Undo :meth:`pause`."""
+        tps = [self._owned(tp, "resume") for tp in partitions]
+        self._paused.difference_update(tps)
+        kafka = self._check_open()
+        fetching = [_aio(tp) for tp in tps if tp in self._fetching]
+        if fetching:
+            kafka.resume(*fetching)
+
+    def paused(self) -> frozenset[TopicPartition]:
+        return frozenset(self._paused)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """Make ``offset`` the next record handed out for the owned partition ``tp``."""
+        part = self._owned(tp, "seek")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"seek: offset must be an int >= 0, got {offset!r}")
+        kafka = self._check_open()
+        self._positions[part] = offset
+        if part in self._fetching:
+            kafka.seek(_aio(part), offset)
+        else:
+            self._unpositioned.discard(part)
+            self._no_offset.discard(part)
+            self._fetching.add(part)
+            self._install()
+
+    async def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record that will be handed out for the owned ``tp``."""
+        part = self._owned(tp, "position")
+        known = self._positions.get(part)
+        if known is not None:
+            return known
+        if part in self._unpositioned:
+            await self._position(frozenset({part}))
+        if part not in self._fetching:
+            raise UsageError(f"position: {part} has no position yet (no committed offset)")
+        await self._resolve_reset({part})
+        known = self._positions.get(part)
+        if known is None:
+            raise UsageError(f"position: the position of {part} is not known yet")
+        return known
+
+    # -- commits ---------------------------------------------------------------------------------
+
+    async def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset for ``tp`` (OffsetFetch), None if none."""
+        self._check_open()
+        if not isinstance(tp, tuple) or len(tp) != 2:
+            raise TypeError(f"committed: expected a TopicPartition, got {tp!r}")
+        part = TopicPartition(tp[0], tp[1])
+        found = (await fetch_committed(self._member, [part])).get(part)
+        return None if found is None or found.offset < 0 else found.offset
+
+    def _normalise(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]
+    ) -> dict[TopicPartition, OffsetAndMetadata]:
+        if not isinstance(offsets, Mapping):
+            raise TypeError(f"commit: offsets must be a mapping, got {type(offsets).__name__}")
+        out: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, value in offsets.items():
+            if not isinstance(tp, tuple) or len(tp) != 2:
+                raise TypeError(f"commit: keys must be TopicPartition values, got {tp!r}")
+            part = TopicPartition(tp[0], tp[1])
+            if isinstance(value, OffsetAndMetadata):
+                meta = value
+            elif isinstance(value, int) and not isinstance(value, bool):
+                meta = OffsetAndMetadata(value)
+            else:
+                raise TypeError(
+                    f"commit: the offset for {part} must be an int or OffsetAndMetadata, "
+                    f"got {value!r}"
+                )
+            if meta.offset < 0:
+                raise ValueError(f"commit: the offset for {part} must be >= 0, got {meta.offset}")
+            out[part] = meta
+        return out
+
+    async def commit(
+        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None
+    ) -> None:
+        """Commit ``offsets`` (the next offset to process, per partition), or the processed
+        positions of every owned partition. Raises :class:`CommitFailed` for a partition this
+        member does not hold (revoked, lost, or its lease ran out): another member may own
+        it. Raises :class:`RebalanceInProgress` while the group rebalances: finish it with a
+        fetch call, then retry."""
+        self._check_open()
+        if offsets is None:
+            targets = {
+                tp: OffsetAndMetadata(pos)
+                for tp, pos in self._positions.items()
+                if tp in self._member.assignment and tp not in self._releasing
+            }
+        else:
+            targets = self._normalise(offsets)
+        if not targets:
+            return
+        held = (self._member.assignment - self._releasing) | self._revoke_commit_ok
+        foreign = sorted(str(tp) for tp in targets if tp not in held)
+        if foreign:
+            self._commits_failed += 1
+            raise CommitFailed(
+                f"cannot commit {', '.join(foreign)}: not held by this member (revoked, lost "
+                "or never assigned); another member may own them now"
+            )
+        if not self._lease_holds():
+            self._commits_failed += 1
+            raise CommitFailed(
+                "cannot commit: this member's lease ran out, its partitions may belong to "
+                "another member now (they are reported lost at the next fetch call)"
+            )
+        await self._commit(targets)
+
+    async def _commit(
+        self, targets: Mapping[TopicPartition, OffsetAndMetadata], *, timeout: float | None = None
+    ) -> None:
+        try:
+            await commit_offsets(self._member, targets, timeout=timeout)
+        except BaseException as exc:
+            self._commits_failed += 1
+            logger.info("consumer.commit_failed", group=self._config.group_id, error=repr(exc))
+            raise
+        self._commits_ok += 1
+        self._last_commit_at = self._now()
+        for tp, meta in targets.items():
+            self._committed[tp] = meta.offset
+        logger.debug(
+            "consumer.committed",
+            group=self._config.group_id,
+            offsets={str(tp): meta.offset for tp, meta in targets.items()},
+        )
+
+    async def _auto_commit_now(
+        self, partitions: Iterable[TopicPartition], *, timeout: float | None = None
+    ) -> None:
+        """Commit the processed positions of ``partitions`` that moved since their last
+        commit. Failures are logged and counted, never raised (auto-commit is best effort:
+        at-least-once delivery covers a failed one)."""
+        targets = {
+            tp: OffsetAndMetadata(self._positions[tp])
+            for tp in partitions
+            if tp in self._positions and self._committed.get(tp) != self._positions[tp]
+        }
+        if not targets:
+            return
+        try:
+            await self._commit(targets, timeout=timeout)
+        except KGroupError as exc:
+            self._auto_commits_failed += 1
+            logger.warning(
+                "consumer.auto_commit_failed",
+                group=self._config.group_id,
+                partitions=sorted(str(tp) for tp in targets),
+                error=repr(exc),
+            )
+            return
+        self._auto_commits_ok += 1
