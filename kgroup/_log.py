@@ -10,6 +10,15 @@ Events (all carry ``group``, ``member_id`` and ``generation``):
 - ``member.leaving`` (reason, send_leave_group), ``member.fatal_error`` (error, message)
 - ``member.partitions_revoked`` / ``_assigned`` / ``_lost`` (partitions),
   ``member.listener_error`` (callback, error)
+- ``member.lease_expired`` / ``member.lease_proof_needed`` / ``member.lease_renewed``
+- ``heartbeat.late`` (lag_ms, due, threshold_ms, isolated), ``member.isolated``,
+  ``member.abandoned`` (isolated mode: the application's loop closed without close())
+- ``offsets.committed`` (debug), ``offsets.retry`` (api, reason, attempt),
+  ``offsets.commit_failed`` / ``offsets.fetch_failed`` (error, message)
+- ``consumer.started``, ``consumer.positioned``, ``consumer.offset_fetch_failed``,
+  ``consumer.committed`` (debug), ``consumer.commit_failed``,
+  ``consumer.auto_commit_failed``, ``consumer.records_dropped`` (debug), ``consumer.closed``
+- ``connection.protocol_error`` (broker, api, error), ``connection.unknown_error_code``
 
 No event carries a credential.
 """
