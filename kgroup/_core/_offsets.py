@@ -245,8 +245,7 @@ def on_commit_response(
         return Fail(_commit_failed(core, f"{name} (generation {sent.generation_id})"))
     return Fail(
         OffsetsError(
-            f"offset commit for group {core.config.group_id!r} rejected: {_name(code)} "
-            f"for {where}",
+            f"offset commit for group {core.config.group_id!r} rejected: {_name(code)} for {where}",
             api="OffsetCommit",
             error_code=code,
         )
@@ -319,9 +318,7 @@ def on_fetch_response(
                 )
             ), {}
         result[tp] = (
-            None
-            if p.offset < 0
-            else OffsetAndMetadata(p.offset, p.metadata or "", p.leader_epoch)
+            None if p.offset < 0 else OffsetAndMetadata(p.offset, p.metadata or "", p.leader_epoch)
         )
     return Done(), result
 

@@ -74,7 +74,6 @@ async def test_commit_from_revoke_callback_reaches_the_next_owner(
     """§9.2: under eager rebalancing the revoke callback commits before JoinGroup, with the
     generation it still holds; the broker accepts it and the new owner fetches it."""
     topic = make_topic(2)
-    tps = [TopicPartition(topic, p) for p in range(2)]
     cfg = config(broker, unique_group, topic)
     commits: list[tuple[MemberState, int]] = []
 
@@ -93,16 +92,21 @@ async def test_commit_from_revoke_callback_reaches_the_next_owner(
         await poll_until(first, lambda: len(first.assignment) == 2, "first owns both")
         async with GroupMember(cfg) as second:
             # Both poll until the second member owns one partition and the first the other.
+            def balanced() -> bool:
+                return len(first.assignment) == 1 and len(second.assignment) == 1
+
             async def drive(member: GroupMember, stop: asyncio.Event) -> None:
                 while not stop.is_set():
                     await member.poll(timeout=0.2)
+                    if balanced():
+                        done.set()
 
             stop = asyncio.Event()
+            done = asyncio.Event()
             tasks = [asyncio.create_task(drive(m, stop)) for m in (first, second)]
             try:
                 async with asyncio.timeout(60):
-                    while not (len(first.assignment) == 1 and len(second.assignment) == 1):
-                        await asyncio.sleep(0.05)
+                    await done.wait()
             finally:
                 stop.set()
                 await asyncio.gather(*tasks)
