@@ -25,6 +25,8 @@ import pytest
 from aiokafka.conn import create_conn
 
 from kgroup._core._messages import (
+    CommitPartition,
+    DescribeGroupsRequest,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     HeartbeatRequest,
@@ -35,6 +37,9 @@ from kgroup._core._messages import (
     LeaveGroupMemberResult,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    ListGroupsRequest,
+    OffsetCommitRequest,
+    OffsetFetchRequest,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -188,6 +193,16 @@ def _sample(api_key: int) -> GroupRequest:
             protocol_type="consumer",
             protocol_name="range",
         ),
+        8: OffsetCommitRequest(
+            group_id="g",
+            generation_id=0,
+            member_id="m",
+            group_instance_id="i",
+            partitions=(CommitPartition(topic="t", partition=0, offset=1),),
+        ),
+        9: OffsetFetchRequest(group_id="g", partitions=(("t", 0),)),
+        15: DescribeGroupsRequest(group_ids=("g",)),
+        16: ListGroupsRequest(),
     }
     return samples[api_key]
 
