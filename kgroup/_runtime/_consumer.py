@@ -483,10 +483,7 @@ class GroupConsumer:
         return frozenset(ready)
 
     def _rebalancing(self) -> bool:
-        def pending(core: Any) -> bool:
-            return bool(core.rejoin_needed or core.state is not MemberState.STABLE)
-
-        return self._member._core_call(pending)
+        return self._member.rebalance_pending
 
     async def _poll_member(self, deadline: float) -> None:
         """The poll part of a fetch call: reset the poll timer, run what is pending; while

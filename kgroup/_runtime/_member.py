@@ -264,6 +264,17 @@ class GroupMember:
         return None if deadline is None else deadline / 1000.0
 
     @property
+    def rebalance_pending(self) -> bool:
+        """True when the next ``poll()`` has rebalance work to do: a rejoin was requested
+        (the heartbeat saw a rebalance, the lease ran out, ...) or the member is not STABLE.
+        A fetch loop can use it to stop waiting for records and poll."""
+        core = self._core
+        if core is None:
+            return False
+        with self._lock:
+            return bool(core.rejoin_needed or core.state is not MemberState.STABLE)
+
+    @property
     def is_leader(self) -> bool:
         with self._lock:
             return self._core is not None and self._core.is_leader
