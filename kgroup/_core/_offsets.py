@@ -252,9 +252,10 @@ def on_commit_response(
     )
 
 
-def on_commit_failed(core: MemberCore, reason: str) -> Retry:
-    """A transport failure (no answer): the coordinator is marked unknown; retriable."""
-    core.mark_coordinator_unknown(f"OffsetCommit failed: {reason}")
+def on_commit_failed(core: MemberCore, reason: str, api: str = "OffsetCommit") -> Retry:
+    """A transport failure (no answer) of an OffsetCommit or OffsetFetch (``api``): the
+    coordinator is marked unknown; retriable."""
+    core.mark_coordinator_unknown(f"{api} failed: {reason}")
     return Retry(reason, coordinator_lost=True)
 
 

@@ -22,7 +22,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from .._core._consumer_protocol import TopicPartition
-from .._core._member import MemberCore
 from .._core._offsets import (
     Done,
     Fail,
@@ -35,7 +34,7 @@ from .._core._offsets import (
     on_fetch_response,
 )
 from .._core._timers import ExponentialBackoff
-from .._errors import CoordinatorError, OffsetsError, RemoteProtocolError
+from .._errors import CoordinatorError, KGroupError, OffsetsError, RemoteProtocolError
 from .._log import logger
 
 if TYPE_CHECKING:
@@ -81,9 +80,25 @@ class _Attempts:
         # lookup's own backoff when it fails.
         await member._wait_coordinator_task(member._ensure_lookup, self.deadline)
 
+    def fail(self, error: KGroupError, **fields: Any) -> KGroupError:
+        """Log a failed call (``offsets.commit_failed`` / ``offsets.fetch_failed``) and
+        return its error for the caller to raise."""
+        event = "offsets.commit_failed" if self.api == "OffsetCommit" else "offsets.fetch_failed"
+        logger.warning(
+            event,
+            group=self.member.config.group_id,
+            error=type(error).__name__,
+            message=str(error),
+            **fields,
+        )
+        return error
+
     async def back_off(self, retry: Retry) -> None:
-        """Log the retriable failure and sleep its backoff (never past the deadline)."""
+        """Log the retriable failure and sleep its backoff (never past the deadline);
+        raise the timeout error once the call's deadline has passed."""
         self.last_reason = retry.reason
+        if self.remaining() <= 0:
+            raise self.timed_out()
         logger.info(
             "offsets.retry",
             api=self.api,
@@ -141,18 +156,8 @@ async def commit_offsets(
                 )
                 return
             case Fail(error=error):
-                logger.warning(
-                    "offsets.commit_failed",
-                    group=request.group_id,
-                    generation=sent.generation_id,
-                    error=type(error).__name__,
-                    message=str(error),
-                )
-                raise error
+                raise attempts.fail(error, generation=sent.generation_id)
             case Retry():
-                if attempts.remaining() <= 0:
-                    attempts.last_reason = verdict.reason
-                    raise attempts.timed_out()
                 await attempts.back_off(verdict)
 
 
@@ -180,11 +185,9 @@ async def fetch_committed(
         try:
             response = await member._coordinator_request(request, attempts.request_timeout())
         except (CoordinatorError, RemoteProtocolError) as exc:
-            reason = str(exc)
-            member._core_call(
-                partial(MemberCore.mark_coordinator_unknown, reason=f"OffsetFetch failed: {reason}")
+            verdict: Any = member._core_call(
+                partial(on_commit_failed, reason=str(exc), api="OffsetFetch")
             )
-            verdict: Any = Retry(reason, coordinator_lost=True)
             result: dict[TopicPartition, OffsetAndMetadata | None] = {}
         else:
             verdict, result = member._core_call(partial(on_fetch_response, response=response))
@@ -199,15 +202,6 @@ async def fetch_committed(
                     )
                 return {tp: result[tp] for tp in wanted}
             case Fail(error=error):
-                logger.warning(
-                    "offsets.fetch_failed",
-                    group=request.group_id,
-                    error=type(error).__name__,
-                    message=str(error),
-                )
-                raise error
+                raise attempts.fail(error)
             case Retry():
-                if attempts.remaining() <= 0:
-                    attempts.last_reason = verdict.reason
-                    raise attempts.timed_out()
                 await attempts.back_off(verdict)
