@@ -84,6 +84,9 @@ __all__ = ["GroupMember"]
 
 _T = TypeVar("_T")
 
+#: What close() keeps of its budget after the LeaveGroup's own deadline (ms).
+_CLOSE_MARGIN_MS = 100.0
+
 #: Heartbeat answers that kept the session alive (spec §4.4).
 _ALIVE_CODES = frozenset({ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS})
 
@@ -741,12 +744,15 @@ class GroupMember:
             stats.answered(sent, now, ok=response.error_code in _ALIVE_CODES)
             core.on_heartbeat_response(action.generation, response, now)
 
-    async def _send_leave(self, leave: LeaveGroupRequest) -> None:
-        """Best effort: sent once, never retried; errors are only logged (§4.5)."""
+    async def _send_leave(self, leave: LeaveGroupRequest, timeout_ms: float | None = None) -> None:
+        """Best effort: sent once, never retried; errors are only logged (§4.5). ``timeout_ms``
+        (default ``request_timeout_ms``): close() passes what is left of its budget, so a
+        hung answer is reported as ``member.leave_group_failed`` naming the request and the
+        broker, before close()'s own deadline."""
         try:
             conn = await self._coordinator_connection()
             response: LeaveGroupResponse = await conn.request(
-                leave, self._config.request_timeout_ms
+                leave, self._config.request_timeout_ms if timeout_ms is None else timeout_ms
             )
         except KGroupError as exc:
             logger.info("member.leave_group_failed", group=leave.group_id, error=str(exc))
@@ -1036,6 +1042,8 @@ class GroupMember:
         core = self._core
         budget = min(self._config.close_timeout_ms, self._config.request_timeout_ms) / 1000.0
         errors: list[ListenerError] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + budget
         try:
             async with asyncio.timeout(budget):
                 await self._on_coordinator(self._cancel_chain())
@@ -1046,7 +1054,9 @@ class GroupMember:
                 with self._lock:
                     leave = core.maybe_leave("the consumer is being closed")
                 if leave is not None:
-                    await self._on_coordinator(self._send_leave(leave))
+                    # Leave a little of the budget for the request's own timeout to fire.
+                    left_ms = (deadline - loop.time()) * 1000.0 - _CLOSE_MARGIN_MS
+                    await self._on_coordinator(self._send_leave(leave, max(1.0, left_ms)))
         except TimeoutError:
             logger.warning("member.close_timed_out", group=self._config.group_id)
         finally:
