@@ -197,6 +197,8 @@ class GroupMember:
         self._hb_wake = asyncio.Event()
         self._lease_wake = asyncio.Event()
         self._releasing: frozenset[TopicPartition] = frozenset()
+        #: Partitions whose revoke callback was cancelled: reported lost at the next chance.
+        self._interrupted: frozenset[TopicPartition] = frozenset()
         self._poll_wake = asyncio.Event()
         self._closed_event = asyncio.Event()
         #: The join chain and lookup tasks live on the coordinator loop (which is the
@@ -817,11 +819,20 @@ class GroupMember:
         collected; the rest still run (membership stays consistent)."""
         # Partitions being revoked are still held until their callback returns (the
         # application may commit in it): the lease covers them until then.
+        if self._interrupted:
+            # A revoke callback was cancelled part-way (poll() cancelled, e.g. on SIGTERM):
+            # the application never heard the end of it, and its commit may not have gone
+            # out. Report those partitions as lost first: they are no longer this member's.
+            calls = (ListenerCall("on_partitions_lost", self._interrupted), *calls)
+            self._interrupted = frozenset()
         self._releasing = frozenset().union(
             *(c.partitions for c in calls if c.callback == "on_partitions_revoked")
         )
         try:
             await self._run_calls_in_order(calls, errors)
+        except asyncio.CancelledError:
+            self._interrupted = self._releasing
+            raise
         finally:
             self._releasing = frozenset()
 
@@ -855,6 +866,8 @@ class GroupMember:
                 error = ListenerError(call.callback, exc)
                 error.__cause__ = exc
                 errors.append(error)
+            if call.callback == "on_partitions_revoked":
+                self._releasing -= call.partitions  # released: its callback has returned
 
     async def poll(self, timeout: float | None = None) -> frozenset[TopicPartition]:
         """Keep the membership alive; return the assignment when it changes or at timeout.
@@ -1028,6 +1041,11 @@ class GroupMember:
         if chain is not None and not chain.done():
             chain.cancel()
             await asyncio.gather(chain, return_exceptions=True)
+            # Its JoinGroup/SyncGroup may still be held by the coordinator, and a broker
+            # reads a connection's next request only after answering the previous one: a
+            # LeaveGroup on that connection would wait out the whole rebalance. Drop it; the
+            # LeaveGroup goes out on a fresh one.
+            self._drop_coordinator_connection()
 
     async def close(self) -> None:
         """Release the partitions (revoked, or lost if the generation is gone), leave the

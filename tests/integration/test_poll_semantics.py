@@ -112,3 +112,60 @@ async def test_close_leaves_no_task_connection_or_warning(
     await member.close()  # idempotent
     # ResourceWarning is an error in this suite (pyproject filterwarnings): an unclosed
     # socket would fail the test at garbage collection.
+
+
+async def test_revoke_callback_cancelled_mid_way_is_reported_lost_at_close_on_kafka(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """A poll() cancelled while on_partitions_revoked awaits (SIGTERM mid-callback): the
+    application never heard the end of the revoke and its commit may not have gone out, so
+    close() reports those partitions lost (they are no longer this member's)."""
+    topic = make_topic(2)
+    config = cfg(kafka_broker.bootstrap, unique_group, topic)
+    entered = asyncio.Event()
+    calls: list[tuple[str, frozenset[Any]]] = []
+
+    class Stuck:
+        async def on_partitions_revoked(self, partitions: frozenset[Any]) -> None:
+            calls.append(("revoked", partitions))
+            if partitions:
+                entered.set()
+                await asyncio.Event().wait()  # a commit that never completes
+
+        def on_partitions_lost(self, partitions: frozenset[Any]) -> None:
+            calls.append(("lost", partitions))
+
+    member = GroupMember(config, listener=Stuck())
+    other = GroupMember(config)
+    with structlog.testing.capture_logs() as logs:
+        await _rebalance_and_cancel_revoke(member, other, entered, calls)
+    assert calls[-1] == ("lost", calls[0][1])
+    assert calls == [calls[0], ("lost", calls[0][1])]
+    # Both left the group: other's LeaveGroup did not queue behind its own JoinGroup, which
+    # Kafka holds for the stuck member (the connection is dropped with the chain).
+    events = [e["event"] for e in logs]
+    assert events.count("member.left_group") == 2 and "member.leave_group_failed" not in events
+
+
+async def _rebalance_and_cancel_revoke(
+    member: GroupMember,
+    other: GroupMember,
+    entered: asyncio.Event,
+    calls: list[tuple[str, frozenset[Any]]],
+) -> None:
+    async with member, other:
+        async with asyncio.timeout(60):
+            while len(member.assignment) != 2:
+                await member.poll(timeout=0.2)
+        held = member.assignment
+        drive = asyncio.create_task(other.poll(timeout=30))  # joins: a rebalance starts
+        poll = asyncio.create_task(member.poll(timeout=30))
+        async with asyncio.timeout(60):
+            await entered.wait()
+        poll.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await poll
+        drive.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await drive
+        assert calls == [("revoked", held)]
