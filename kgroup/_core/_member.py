@@ -116,6 +116,7 @@ from ._messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from ._signals import SignalFlags, Signals
 from ._state import ALLOWED_TRANSITIONS, NO_GENERATION, Coordinator, Generation, MemberState
 from ._timers import ExponentialBackoff, HeartbeatTimers, Lease
 
@@ -388,8 +389,14 @@ class MemberCore:
         self._join_first_sent: dict[tuple[str, tuple[tuple[str, bytes], ...]], float] = {}
         self._join_sent: tuple[str, tuple[tuple[str, bytes], ...], float] = ("", (), now)
         self._awaiting_proof = False
+        self._signals = SignalFlags()
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def take_signals(self) -> Signals:
+        """What the runtime must do because of the calls since the last take (see
+        :mod:`kgroup._core._signals`). The runtime calls this after every core call."""
+        return self._signals.take()
 
     def _emit(self, event: str, **fields: Any) -> None:
         if self._observer is not None:
@@ -411,6 +418,7 @@ class MemberCore:
                 f"{self.generation.generation_id}"
             )
         self.state = new
+        self._signals.wake_poll = True
         if new is not old:
             self._emit("member.state_changed", old=old.name, new=new.name, reason=reason)
 
@@ -434,6 +442,7 @@ class MemberCore:
         """Store a fatal error for the next ``poll()`` (spec §5.4). The first one wins."""
         if self._fatal is None:
             self._fatal = err
+        self._signals.wake_poll = True
         self._emit("member.fatal_error", error=type(err).__name__, message=str(err))
 
     @property
@@ -444,6 +453,7 @@ class MemberCore:
         """Any rejoin trigger (§2.3): the move happens at the next join-driver step."""
         if not self.rejoin_needed or self.rejoin_reason != reason:
             self._emit("member.rejoin_requested", reason=reason)
+            self._signals.wake_poll = True
         self.rejoin_needed = True
         self.rejoin_reason = reason
 
@@ -462,6 +472,7 @@ class MemberCore:
             return False
         self._emit("member.coordinator_lost", reason=reason, node_id=self.coordinator.node_id)
         self.coordinator = None
+        self._signals.drop_coordinator = True
         return True
 
     # -- the lease -------------------------------------------------------------------------------
@@ -514,6 +525,7 @@ class MemberCore:
             return False
         self._lease_expired_at = deadline
         self.lease_expirations += 1
+        self._signals.wake_poll = True
         lease = self.lease
         self._emit(
             "member.lease_expired",
@@ -534,7 +546,10 @@ class MemberCore:
         should be woken (§5.3)."""
         self.check_lease(now)  # against the old poll deadline: a late poll revives nothing
         self.timers.polled(now)
-        return self.heartbeat_enabled and self.timers.heartbeat.expired(now)
+        due = self.heartbeat_enabled and self.timers.heartbeat.expired(now)
+        if due:
+            self._signals.wake_heartbeat = True
+        return due
 
     # -- coordinator discovery -------------------------------------------------------------------
 
@@ -551,6 +566,7 @@ class MemberCore:
             self.coordinator = Coordinator(resp.node_id, resp.host, resp.port)
             self._find_attempts = 0
             self.timers.reset_session(now)
+            self._signals.wake_heartbeat = True
             self._emit(
                 "member.coordinator_found", node_id=resp.node_id, host=resp.host, port=resp.port
             )
@@ -601,6 +617,7 @@ class MemberCore:
             # the heartbeat task on RaiseFatal).
             if self.state in (MemberState.COMPLETING_REBALANCE, MemberState.STABLE):
                 self.heartbeat_enabled = True
+            self._signals.wake_heartbeat = True
             return RaiseFatal(err)
         if self._lease_expired_at is not None:
             # The lease ran out: release the partitions as lost now, whatever the chain is
@@ -625,6 +642,7 @@ class MemberCore:
                     if not self._awaiting_proof:
                         self._awaiting_proof = True
                         self.timers.heartbeat.reset(now, 0)
+                        self._signals.wake_heartbeat = True
                         self._emit("member.lease_proof_needed", deadline=self._lease_deadline())
                     return AwaitLeaseProof(now + self.config.retry_backoff_ms)
                 self._awaiting_proof = False
@@ -716,6 +734,7 @@ class MemberCore:
             self._chain_generation = self.generation
             self._set_state(MemberState.COMPLETING_REBALANCE, "joined")
             self.heartbeat_enabled = True
+            self._signals.wake_heartbeat = True
             self.timers.reset_all(now)
             self.is_leader = resp.leader == resp.member_id
             self._join_answered_at = now
@@ -874,6 +893,9 @@ class MemberCore:
             if self.rebalance_started_at is not None:
                 self.last_rebalance_ms = now - self.rebalance_started_at
                 self.rebalance_started_at = None
+            # The lease may need a renewal heartbeat now (a join that took most of the
+            # session timeout): the heartbeat task recomputes its wait.
+            self._signals.wake_heartbeat = True
             self._emit("member.synced", rebalance_ms=self.last_rebalance_ms)
             return
         if code == ErrorCode.REBALANCE_IN_PROGRESS:
@@ -922,6 +944,8 @@ class MemberCore:
             self._phase = None
             self.needs_join_prepare = True
             self._synced_assignment = b""
+            # The installed assignment starts the lease: the heartbeat task must watch it.
+            self._signals.wake_heartbeat = True
 
     def abandon_chain(self) -> None:
         """The runtime dropped the in-flight chain (close): forget it."""
@@ -1012,6 +1036,7 @@ class MemberCore:
     def _lease_renewed(self, now: float) -> None:
         """A completion waits for a proof (AwaitLeaseProof) and this one suffices."""
         if self._awaiting_proof and self._lease_deadline() > now:
+            self._signals.wake_poll = True
             self._emit("member.lease_renewed", valid_until=self._lease_deadline())
 
     def on_heartbeat_response(self, sent: Generation, resp: HeartbeatResponse, now: float) -> None:
