@@ -8,6 +8,7 @@ async with GroupMember(GroupConfig(bootstrap_servers="localhost:9092",
 from ._config import GroupConfig
 from ._core._assignors import (
     Assignor,
+    BaseAssignor,
     MemberSubscription,
     RangeAssignor,
     RebalanceProtocol,
@@ -27,6 +28,7 @@ from ._errors import (
     GroupError,
     GroupMaxSizeReached,
     InconsistentGroupProtocol,
+    InternalError,
     InvalidGroupId,
     InvalidSessionTimeout,
     KGroupError,
@@ -43,18 +45,22 @@ from ._errors import (
 )
 from ._listener import RebalanceListener
 from ._runtime._consumer import GroupConsumer, NoOffsetForPartition
-from ._runtime._member import GroupMember
+from ._runtime._member import EventHook, GroupMember
 from ._runtime._offsets import OffsetAndMetadata
+from ._stats import ConsumerStats, MemberStats, Percentiles
 
 __all__ = [
     "Assignment",
     "AssignmentError",
     "Assignor",
     "AuthenticationFailed",
+    "BaseAssignor",
     "CommitFailed",
     "ConfigError",
+    "ConsumerStats",
     "CoordinatorError",
     "ErrorCode",
+    "EventHook",
     "FencedInstanceId",
     "Generation",
     "GroupAuthorizationFailed",
@@ -64,16 +70,19 @@ __all__ = [
     "GroupMaxSizeReached",
     "GroupMember",
     "InconsistentGroupProtocol",
+    "InternalError",
     "InvalidGroupId",
     "InvalidSessionTimeout",
     "KGroupError",
     "ListenerError",
     "LocalProtocolError",
     "MemberState",
+    "MemberStats",
     "MemberSubscription",
     "NoOffsetForPartition",
     "OffsetAndMetadata",
     "OffsetsError",
+    "Percentiles",
     "ProtocolViolation",
     "RangeAssignor",
     "RebalanceInProgress",

@@ -15,12 +15,17 @@ The hierarchy::
     │   ├── AssignmentError              the leader or the assignment broke the embedded protocol
     │   └── UnexpectedBrokerError        any other code the spec treats as fatal
     ├── CommitFailed                 an offset commit that cannot succeed in this generation
+    ├── OffsetsError                 an offset commit or fetch the broker refused, or timed out
+    ├── NoOffsetForPartition         nothing committed and auto_offset_reset="none" (consumer)
     ├── RebalanceInProgress          retry after the rebalance in progress completes
+    ├── AuthenticationFailed         SASL credentials or the TLS handshake were rejected
+    ├── TopicAuthorizationFailed     the principal may not read or commit for these topics
     ├── CoordinatorError             retriable coordinator/transport failure (handled inside)
     ├── ProtocolViolation            bytes that break the Kafka protocol
     │   ├── RemoteProtocolError          the broker sent something malformed
     │   └── LocalProtocolError           kgroup was about to send something malformed
-    └── ListenerError                a rebalance listener callback raised (the cause is chained)
+    ├── ListenerError                a rebalance listener callback raised (the cause is chained)
+    └── InternalError                a bug in kgroup (one of the member's tasks failed)
     UsageError (RuntimeError)        a programming mistake: wrong call order, closed member, ...
 
 Fatal errors carry the group id, member id and generation they happened in, so a log line or a
@@ -44,6 +49,7 @@ __all__ = [
     "GroupError",
     "GroupMaxSizeReached",
     "InconsistentGroupProtocol",
+    "InternalError",
     "InvalidGroupId",
     "InvalidSessionTimeout",
     "KGroupError",
@@ -265,6 +271,16 @@ class ListenerError(KGroupError):
     def __init__(self, callback: str, exc: BaseException) -> None:
         super().__init__(f"rebalance listener {callback} raised {type(exc).__name__}: {exc}")
         self.callback = callback
+
+
+class InternalError(KGroupError):
+    """A bug in kgroup: one of the member's own tasks failed. ``__cause__`` is the original
+    exception; ``task`` names the task. Raised from ``poll()``, never disguised as a broker
+    answer. Please report it with the traceback."""
+
+    def __init__(self, task: str, exc: BaseException) -> None:
+        super().__init__(f"kgroup task {task!r} failed: {type(exc).__name__}: {exc}")
+        self.task = task
 
 
 _FATAL_BY_CODE: dict[int, type[GroupError]] = {

@@ -29,16 +29,26 @@ __all__ = ["RebalanceListener"]
 
 @runtime_checkable
 class RebalanceListener(Protocol):
-    """Implement any subset of these methods (sync or async); missing ones are skipped."""
+    """What a member tells the application when partitions move.
+
+    Subclass it and override any subset of the methods (each may be sync or async; the
+    defaults do nothing), or pass any object with all three methods. kgroup also accepts an
+    object with only some of them (a missing one is skipped), but a type checker accepts
+    that only for a subclass.
+    """
 
     def on_partitions_revoked(
         self, partitions: frozenset[TopicPartition]
-    ) -> Awaitable[None] | None: ...
+    ) -> Awaitable[None] | None:
+        """These partitions are moving away: finish and commit their work."""
+        return None
 
     def on_partitions_assigned(
         self, partitions: frozenset[TopicPartition]
-    ) -> Awaitable[None] | None: ...
+    ) -> Awaitable[None] | None:
+        """These partitions are now this member's (called even when the set is empty)."""
+        return None
 
-    def on_partitions_lost(
-        self, partitions: frozenset[TopicPartition]
-    ) -> Awaitable[None] | None: ...
+    def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> Awaitable[None] | None:
+        """These partitions were lost: another member may own them already; do not commit."""
+        return None

@@ -1,51 +1,310 @@
-"""kgroup's structlog logger and the stable event names it emits.
+"""kgroup's log events: their stable names, levels and fields, and the logger that emits them.
 
-Events (all carry ``group``, ``member_id`` and ``generation``):
+Every event kgroup logs is named in :data:`EVENTS` (the docs' log-event reference is
+generated from it) and typed by :data:`EventName`, so mypy refuses a name that is not
+registered. Member events carry ``group``, ``member_id`` and ``generation`` besides the
+fields listed. No event carries a credential.
 
-- ``member.state_changed`` (old, new, reason), ``member.joined``, ``member.join_sent``,
-  ``member.synced`` (rebalance_ms), ``member.rejoin_requested`` (reason)
-- ``member.coordinator_found`` / ``member.coordinator_lost`` / ``member.coordinator_lookup_failed``
-- ``member.heartbeat_ok`` (debug), ``member.heartbeat_failed`` (error),
-  ``member.heartbeat_stale_error``, ``member.poll_timeout``
-- ``member.leaving`` (reason, send_leave_group), ``member.fatal_error`` (error, message)
-- ``member.partitions_revoked`` / ``_assigned`` / ``_lost`` (partitions),
-  ``member.listener_error`` (callback, error)
-- ``member.lease_expired`` / ``member.lease_proof_needed`` / ``member.lease_renewed``
-- ``heartbeat.late`` (lag_ms, due, threshold_ms, isolated), ``member.isolated``,
-  ``member.abandoned`` (isolated mode: the application's loop closed without close())
-- ``offsets.committed`` (debug), ``offsets.retry`` (api, reason, attempt),
-  ``offsets.commit_failed`` / ``offsets.fetch_failed`` (error, message)
-- ``consumer.started``, ``consumer.positioned``, ``consumer.offset_fetch_failed``,
-  ``consumer.committed`` (debug), ``consumer.commit_failed``,
-  ``consumer.auto_commit_failed``, ``consumer.records_dropped`` (debug), ``consumer.closed``
-- ``connection.protocol_error`` (broker, api, error), ``connection.unknown_error_code``
-
-No event carries a credential.
+Logging is observation only: nothing in kgroup reacts to a log event. A log sink that
+raises (a closed stdout pipe, a full disk, a broken handler) is contained here: the event
+is dropped, the failure counted (:func:`sink_failures`) and reported once on standard
+error, and the member goes on as if the event had been written.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 
 import structlog
 
-__all__ = ["log_core_event", "logger"]
+__all__ = [
+    "EVENTS",
+    "EventInfo",
+    "EventName",
+    "Level",
+    "log_event",
+    "logger",
+    "sink_failures",
+]
 
-logger = structlog.get_logger("kgroup")
+Level = Literal["debug", "info", "warning", "error"]
 
-_DEBUG_EVENTS = frozenset({"member.heartbeat_ok", "member.heartbeat_stale_error"})
-_WARNING_EVENTS = frozenset(
-    {"member.heartbeat_failed", "member.poll_timeout", "member.coordinator_lost"}
-)
+EventName = Literal[
+    "member.state_changed",
+    "member.join_sent",
+    "member.joined",
+    "member.synced",
+    "member.stable",
+    "member.rejoin_requested",
+    "member.coordinator_found",
+    "member.coordinator_lost",
+    "member.coordinator_lookup_failed",
+    "member.heartbeat_ok",
+    "member.heartbeat_failed",
+    "member.heartbeat_stale_error",
+    "member.poll_timeout",
+    "member.poll_timeout_left",
+    "member.leaving",
+    "member.left_group",
+    "member.leave_group_failed",
+    "member.fatal_error",
+    "member.partitions_revoked",
+    "member.partitions_assigned",
+    "member.partitions_lost",
+    "member.listener_error",
+    "member.event_hook_failed",
+    "member.lease_expired",
+    "member.lease_proof_needed",
+    "member.lease_renewed",
+    "member.isolated",
+    "member.abandoned",
+    "member.task_crashed",
+    "member.loop_thread_crashed",
+    "member.close_timed_out",
+    "member.closed",
+    "member.aborted",
+    "heartbeat.late",
+    "offsets.committed",
+    "offsets.retry",
+    "offsets.commit_failed",
+    "offsets.fetch_failed",
+    "consumer.started",
+    "consumer.positioned",
+    "consumer.offset_fetch_failed",
+    "consumer.committed",
+    "consumer.commit_failed",
+    "consumer.auto_commit_failed",
+    "consumer.records_dropped",
+    "consumer.closed",
+    "connection.protocol_error",
+    "connection.unknown_error_code",
+    "fastapi.started",
+    "fastapi.stopped",
+    "fastapi.processing_failed",
+    "fastapi.processing_cancelled",
+    "fastapi.processing_failed_at_shutdown",
+    "fastapi.rewind_failed",
+]
 
 
-def log_core_event(event: str, **fields: Any) -> None:
-    """The core's observer: forward a core event to structlog at a fitting level."""
-    if event in _DEBUG_EVENTS:
-        logger.debug(event, **fields)
-    elif event in _WARNING_EVENTS:
-        logger.warning(event, **fields)
-    elif event == "member.fatal_error":
-        logger.error(event, **fields)
-    else:
-        logger.info(event, **fields)
+@dataclass(frozen=True, slots=True)
+class EventInfo:
+    """One log event: its level, the fields it carries besides the common ones, and what it
+    means."""
+
+    level: Level
+    fields: tuple[str, ...]
+    summary: str
+
+
+def _e(level: Level, fields: str, summary: str) -> EventInfo:
+    return EventInfo(level, tuple(fields.split()), summary)
+
+
+EVENTS: Mapping[EventName, EventInfo] = {
+    "member.state_changed": _e("info", "old new reason", "The member's state changed."),
+    "member.join_sent": _e("info", "reason", "A JoinGroup request is being sent."),
+    "member.joined": _e(
+        "info", "leader protocol members", "JoinGroup succeeded: a new generation."
+    ),
+    "member.synced": _e(
+        "info", "rebalance_ms", "SyncGroup succeeded; the assignment is about to be installed."
+    ),
+    "member.stable": _e(
+        "info",
+        "assignment rebalance_ms",
+        "The assignment is installed and its callbacks have run.",
+    ),
+    "member.rejoin_requested": _e(
+        "info", "reason", "Something asks for a rebalance; the next poll() rejoins."
+    ),
+    "member.coordinator_found": _e("info", "node_id host port", "FindCoordinator succeeded."),
+    "member.coordinator_lost": _e(
+        "warning", "reason node_id", "The coordinator is forgotten; its connection is dropped."
+    ),
+    "member.coordinator_lookup_failed": _e(
+        "info", "reason retry_in_ms", "FindCoordinator failed; retried after a backoff."
+    ),
+    "member.heartbeat_ok": _e("debug", "", "A heartbeat was answered without error."),
+    "member.heartbeat_failed": _e(
+        "warning", "error", "A heartbeat got an error answer, or no answer."
+    ),
+    "member.heartbeat_stale_error": _e(
+        "debug", "error", "An error answer about an older generation, ignored."
+    ),
+    "member.poll_timeout": _e(
+        "warning",
+        "max_poll_interval_ms",
+        "poll() was not called within max_poll_interval_ms: the member leaves its generation.",
+    ),
+    "member.poll_timeout_left": _e(
+        "warning", "sent_leave_group", "The member left after a poll timeout."
+    ),
+    "member.leaving": _e("info", "reason send_leave_group", "The member leaves its generation."),
+    "member.left_group": _e("info", "error_code", "LeaveGroup was answered."),
+    "member.leave_group_failed": _e(
+        "info", "error", "LeaveGroup got no answer in time (best effort, not retried)."
+    ),
+    "member.fatal_error": _e("error", "error message", "A fatal error; the next poll() raises it."),
+    "member.partitions_revoked": _e("info", "partitions", "on_partitions_revoked is about to run."),
+    "member.partitions_assigned": _e(
+        "info", "partitions", "on_partitions_assigned is about to run."
+    ),
+    "member.partitions_lost": _e("info", "partitions", "on_partitions_lost is about to run."),
+    "member.listener_error": _e(
+        "error", "callback error", "A listener callback raised (logged with the traceback)."
+    ),
+    "member.event_hook_failed": _e(
+        "error",
+        "hook error",
+        "An event hook raised; logged once per hook, counted in stats().event_hook_failures.",
+    ),
+    "member.lease_expired": _e(
+        "info",
+        "deadline session_deadline rebalance_deadline poll_deadline late_ms",
+        "The member's lease ran out: its partitions are reported lost at the next poll().",
+    ),
+    "member.lease_proof_needed": _e(
+        "info", "deadline", "An assignment waits for a heartbeat to prove the session."
+    ),
+    "member.lease_renewed": _e(
+        "info", "valid_until", "A heartbeat proved the session; the assignment is installed."
+    ),
+    "member.isolated": _e(
+        "info", "thread", "Isolated mode: the coordinator side runs on its own thread."
+    ),
+    "member.abandoned": _e(
+        "warning",
+        "reason",
+        "Isolated mode: the application's loop closed without close(); the member stops.",
+    ),
+    "member.task_crashed": _e(
+        "error",
+        "task error",
+        "A kgroup task failed (a kgroup bug): poll() raises InternalError.",
+    ),
+    "member.loop_thread_crashed": _e(
+        "error", "thread", "Isolated mode: the coordinator thread's loop failed."
+    ),
+    "member.close_timed_out": _e("warning", "", "close() ran out of its budget."),
+    "member.closed": _e("info", "", "close() finished: no task or connection is left."),
+    "member.aborted": _e("info", "", "abort() finished."),
+    "heartbeat.late": _e(
+        "warning",
+        "lag_ms due threshold_ms isolated",
+        "A heartbeat ran more than loop_stall_warn_ms after it was due (a busy event loop).",
+    ),
+    "offsets.committed": _e("debug", "offsets", "OffsetCommit succeeded."),
+    "offsets.retry": _e("info", "api reason attempt", "An offsets request is retried."),
+    "offsets.commit_failed": _e("warning", "error message", "commit_offsets() failed."),
+    "offsets.fetch_failed": _e("warning", "error message", "fetch_committed() failed."),
+    "consumer.started": _e("info", "topics", "GroupConsumer started."),
+    "consumer.positioned": _e(
+        "info", "positions", "Fetch positions set for newly assigned partitions."
+    ),
+    "consumer.offset_fetch_failed": _e(
+        "warning", "error partitions", "Committed offsets could not be fetched; retried."
+    ),
+    "consumer.committed": _e("debug", "offsets", "The consumer committed offsets."),
+    "consumer.commit_failed": _e("info", "error", "A consumer commit failed."),
+    "consumer.auto_commit_failed": _e("warning", "error", "An auto-commit failed."),
+    "consumer.records_dropped": _e(
+        "debug", "partition count", "Fetched records dropped: their partition is not owned."
+    ),
+    "consumer.closed": _e("info", "records_delivered commits_ok commits_failed", "Closed."),
+    "connection.protocol_error": _e(
+        "error", "broker api error", "A malformed answer: the connection is dropped."
+    ),
+    "connection.unknown_error_code": _e(
+        "warning", "broker api error_code", "An answer carried an error code kgroup does not know."
+    ),
+    "fastapi.started": _e("info", "consumer", "KGroupLifespan started its member."),
+    "fastapi.stopped": _e("info", "", "KGroupLifespan stopped."),
+    "fastapi.processing_failed": _e(
+        "error", "error", "The processing function raised (with traceback); health turns 503."
+    ),
+    "fastapi.processing_cancelled": _e("warning", "", "Processing was cancelled."),
+    "fastapi.processing_failed_at_shutdown": _e(
+        "error", "error", "The processing failure is raised again at shutdown."
+    ),
+    "fastapi.rewind_failed": _e("warning", "error", "A failed batch could not be rewound."),
+}
+
+if set(EVENTS) != set(get_args(EventName)):  # pragma: no cover - caught by the unit test
+    raise RuntimeError("kgroup._log: EVENTS and EventName disagree")
+
+
+class _SinkGuard:
+    """Counts log sink failures and reports the first one once, on standard error."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.failures = 0
+
+    def failed(self, event: str, exc: BaseException) -> None:
+        with self._lock:
+            self.failures += 1
+            first = self.failures == 1
+        if first:
+            stream = sys.__stderr__
+            try:
+                if stream is not None:
+                    stream.write(
+                        f"kgroup: a log sink raised {exc!r} while writing {event!r}; kgroup "
+                        "drops log events that cannot be written and goes on (this is "
+                        "reported once; the count is in member.stats().log_sink_failures)\n"
+                    )
+                    stream.flush()
+            except Exception:  # standard error is broken too: nothing more to do
+                pass
+
+
+_guard = _SinkGuard()
+
+
+def sink_failures() -> int:
+    """How many log events this process could not write because a sink raised."""
+    return _guard.failures
+
+
+class _ContainedLogger:
+    """structlog's logger for kgroup, with registered names and a failing sink contained."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log: Any) -> None:
+        self._log = log
+
+    def _call(self, method: str, event: EventName, fields: dict[str, Any]) -> None:
+        try:
+            getattr(self._log, method)(event, **fields)
+        except Exception as exc:
+            _guard.failed(event, exc)
+
+    def debug(self, event: EventName, **fields: Any) -> None:
+        self._call("debug", event, fields)
+
+    def info(self, event: EventName, **fields: Any) -> None:
+        self._call("info", event, fields)
+
+    def warning(self, event: EventName, **fields: Any) -> None:
+        self._call("warning", event, fields)
+
+    def error(self, event: EventName, **fields: Any) -> None:
+        self._call("error", event, fields)
+
+    def exception(self, event: EventName, **fields: Any) -> None:
+        """Log at error level with the current exception's traceback."""
+        self._call("exception", event, fields)
+
+
+logger = _ContainedLogger(structlog.get_logger("kgroup"))
+
+
+def log_event(event: EventName, **fields: Any) -> None:
+    """Log ``event`` at its registered level."""
+    logger._call(EVENTS[event].level, event, fields)

@@ -64,9 +64,11 @@ from ._config import GroupConfig
 from ._core._consumer_protocol import TopicPartition
 from ._core._state import MemberState
 from ._errors import KGroupError, UsageError
+from ._listener import RebalanceListener
 from ._log import logger
 from ._runtime._consumer import GroupConsumer
 from ._runtime._member import GroupMember
+from ._stats import MemberStats
 
 __all__ = ["AssignmentFn", "KGroupLifespan", "ProcessFn"]
 
@@ -104,7 +106,7 @@ class KGroupLifespan:
         *,
         process: ProcessFn | None = None,
         on_assignment: AssignmentFn | None = None,
-        listener: object | None = None,
+        listener: RebalanceListener | None = None,
         max_records: int = 500,
         poll_timeout: float = 1.0,
         consumer_options: Mapping[str, Any] | None = None,
@@ -183,7 +185,7 @@ class KGroupLifespan:
         live = True
         ready = True
         member = self._member
-        stats: dict[str, Any] = {}
+        stats: MemberStats | None = None
         session_ms: int | None = None if self._config is None else self._config.session_timeout_ms
         if member is None:
             ready = False
@@ -200,12 +202,12 @@ class KGroupLifespan:
             ready = False
             if error is None:
                 reasons.append("processing task not running")
-        if stats:
-            state = stats.get("state")
+        if stats is not None:
+            state = stats.state
             if state != MemberState.STABLE.name:
                 ready = False
                 reasons.append(f"member state is {state}")
-            age = stats.get("last_heartbeat_age_ms")
+            age = stats.last_heartbeat_age_ms
             if (
                 session_ms is not None
                 and state in {s.name for s in _HEARTBEATING}
@@ -226,7 +228,7 @@ class KGroupLifespan:
             "batches": self._batches,
             "records": self._records,
             "session_timeout_ms": session_ms,
-            **stats,
+            **({} if stats is None else stats.as_dict()),
         }
 
     # -- router ----------------------------------------------------------------------------------

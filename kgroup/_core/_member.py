@@ -472,7 +472,9 @@ class MemberCore:
             return False
         self._emit("member.coordinator_lost", reason=reason, node_id=self.coordinator.node_id)
         self.coordinator = None
+        # Drop its connection; the heartbeat task looks the coordinator up again.
         self._signals.drop_coordinator = True
+        self._signals.wake_heartbeat = True
         return True
 
     # -- the lease -------------------------------------------------------------------------------

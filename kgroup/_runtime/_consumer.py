@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -40,9 +41,11 @@ from .._config import GroupConfig
 from .._core._consumer_protocol import TopicPartition
 from .._core._state import MemberState
 from .._errors import CommitFailed, ConfigError, KGroupError, UsageError
+from .._listener import RebalanceListener
 from .._log import logger
+from .._stats import ConsumerStats
 from ._member import GroupMember
-from ._offsets import OffsetAndMetadata, commit_offsets, fetch_committed
+from ._offsets import OffsetAndMetadata
 from ._security import connection_kwargs
 
 __all__ = ["ConsumerRecord", "GroupConsumer", "NoOffsetForPartition"]
@@ -79,7 +82,7 @@ def _check_ms(name: str, value: object, *, minimum: int = 0) -> int:
     return value
 
 
-class _ConsumerListener:
+class _ConsumerListener(RebalanceListener):
     """The listener kgroup gives the member: it keeps the fetcher in step with the
     assignment, then calls the application's listener."""
 
@@ -129,7 +132,7 @@ class GroupConsumer:
         self,
         config: GroupConfig,
         *,
-        listener: object | None = None,
+        listener: RebalanceListener | None = None,
         enable_auto_commit: bool = True,
         auto_commit_interval_ms: int = 5000,
         auto_offset_reset: str = "latest",
@@ -229,28 +232,26 @@ class GroupConsumer:
         """The partitions the member owns now (its last completed rebalance)."""
         return self._member.assignment
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> ConsumerStats:
         """``member.stats()`` plus records delivered/dropped, commit counts and the age of
-        the last successful commit (ms, None if none yet)."""
-        stats = dict(self._member.stats())
+        the last successful commit (ms, None if none yet): a :class:`~kgroup.ConsumerStats`."""
+        member = self._member.stats()
         now = self._now()
-        stats.update(
-            {
-                "records_delivered": self._records_delivered,
-                "records_dropped": self._records_dropped,
-                "commits_ok": self._commits_ok,
-                "commits_failed": self._commits_failed,
-                "auto_commits_ok": self._auto_commits_ok,
-                "auto_commits_failed": self._auto_commits_failed,
-                "last_commit_age_ms": None
-                if self._last_commit_at is None
-                else round((now - self._last_commit_at) * 1000.0, 1),
-                "assigned": len(self._member.assignment),
-                "fetching": len(self._fetching),
-                "paused": len(self._paused),
-            }
+        return ConsumerStats(
+            **{f.name: getattr(member, f.name) for f in dataclasses.fields(member)},
+            records_delivered=self._records_delivered,
+            records_dropped=self._records_dropped,
+            commits_ok=self._commits_ok,
+            commits_failed=self._commits_failed,
+            auto_commits_ok=self._auto_commits_ok,
+            auto_commits_failed=self._auto_commits_failed,
+            last_commit_age_ms=None
+            if self._last_commit_at is None
+            else round((now - self._last_commit_at) * 1000.0, 1),
+            assigned=len(self._member.assignment),
+            fetching=len(self._fetching),
+            paused=len(self._paused),
         )
-        return stats
 
     def __repr__(self) -> str:
         return (
@@ -406,7 +407,7 @@ class GroupConsumer:
             return
         self._unpositioned |= wanted
         try:
-            committed = await fetch_committed(self._member, wanted)
+            committed = await self._member.fetch_committed(wanted)
         except KGroupError as exc:
             logger.warning(
                 "consumer.offset_fetch_failed",
@@ -512,14 +513,10 @@ class GroupConsumer:
         await self._auto_commit_now(self._deliverable())
 
     async def _wait_wake(self, timeout: float) -> bool:
-        """Wait until the member has something for poll() (or ``timeout``). True if woken."""
+        """Wait until the member has something for poll() (or ``timeout``). True if so."""
         if timeout <= 0:
             return False
-        try:
-            await asyncio.wait_for(self._member._poll_wake.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await self._member.wait_rebalance_pending(timeout)
 
     async def _fetch(
         self, partitions: frozenset[TopicPartition], timeout: float, max_records: int | None
@@ -535,7 +532,7 @@ class GroupConsumer:
         fetch: asyncio.Future[_Fetched] = asyncio.ensure_future(
             kafka.getmany(*tps, timeout_ms=max(1, int(timeout * 1000)), max_records=max_records)
         )
-        wake: asyncio.Future[Any] = asyncio.ensure_future(self._member._poll_wake.wait())
+        wake: asyncio.Future[Any] = asyncio.ensure_future(self._member.wait_rebalance_pending())
         try:
             waiting: set[asyncio.Future[Any]] = {fetch, wake}
             await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
@@ -706,7 +703,7 @@ class GroupConsumer:
         if not isinstance(tp, tuple) or len(tp) != 2:
             raise TypeError(f"committed: expected a TopicPartition, got {tp!r}")
         part = TopicPartition(tp[0], tp[1])
-        found = (await fetch_committed(self._member, [part])).get(part)
+        found = (await self._member.fetch_committed([part])).get(part)
         return None if found is None or found.offset < 0 else found.offset
 
     def _normalise(
@@ -772,7 +769,7 @@ class GroupConsumer:
         self, targets: Mapping[TopicPartition, OffsetAndMetadata], *, timeout: float | None = None
     ) -> None:
         try:
-            await commit_offsets(self._member, targets, timeout=timeout)
+            await self._member.commit_offsets(targets, timeout=timeout)
         except BaseException as exc:
             self._commits_failed += 1
             logger.info("consumer.commit_failed", group=self._config.group_id, error=repr(exc))

@@ -35,7 +35,7 @@ from .._core._offsets import (
 )
 from .._core._timers import ExponentialBackoff
 from .._errors import CoordinatorError, KGroupError, OffsetsError, RemoteProtocolError
-from .._log import logger
+from .._log import EventName, logger
 
 if TYPE_CHECKING:
     from ._member import GroupMember
@@ -78,12 +78,14 @@ class _Attempts:
             return
         # The shared lookup task (on the coordinator loop in isolated mode); it honours the
         # lookup's own backoff when it fails.
-        await member._wait_coordinator_task(member._ensure_lookup, self.deadline)
+        await member._await_coordinator_known(self.deadline)
 
     def fail(self, error: KGroupError, **fields: Any) -> KGroupError:
         """Log a failed call (``offsets.commit_failed`` / ``offsets.fetch_failed``) and
         return its error for the caller to raise."""
-        event = "offsets.commit_failed" if self.api == "OffsetCommit" else "offsets.fetch_failed"
+        event: EventName = (
+            "offsets.commit_failed" if self.api == "OffsetCommit" else "offsets.fetch_failed"
+        )
         logger.warning(
             event,
             group=self.member.config.group_id,
@@ -106,8 +108,6 @@ class _Attempts:
             reason=retry.reason,
             attempt=self.attempts,
         )
-        if retry.coordinator_lost:
-            self.member._wake_hb()  # the heartbeat task looks the coordinator up again
         pause = min(self._backoff.backoff(self.attempts - 1), max(0.0, self.remaining()))
         await asyncio.sleep(pause / 1000.0)
 

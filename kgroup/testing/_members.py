@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .._config import GroupConfig
 from .._core._consumer_protocol import TopicPartition
 from .._core._state import MemberState
+from .._listener import RebalanceListener
 from .._runtime._member import GroupMember
 from ._invariants import OwnershipLog
 
@@ -35,7 +36,7 @@ class ListenerEvent:
     generation: int
 
 
-class _RecordingListener:
+class _RecordingListener(RebalanceListener):
     def __init__(self, runner: MemberRunner) -> None:
         self._runner = runner
 
@@ -87,7 +88,7 @@ class MemberRunner:
         poll_timeout: float = 0.5,
         stop_on_error: bool = False,
         hooks: dict[str, Hook] | None = None,
-        listener: object | None = None,
+        listener: RebalanceListener | None = None,
     ) -> None:
         self.group = group
         self.name = name
@@ -101,7 +102,7 @@ class MemberRunner:
         self.events: list[ListenerEvent] = []
         self.errors: list[BaseException] = []
         self.member = GroupMember(config, listener=_RecordingListener(self))
-        self.member._observers.append(self._on_member_event)
+        self.member.add_event_hook(self._on_member_event)
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -157,7 +158,7 @@ class MemberRunner:
         await self.member.abort()
         self.group.notify()
 
-    def _on_member_event(self, event: str, fields: dict[str, Any]) -> None:
+    def _on_member_event(self, event: str, fields: Mapping[str, Any]) -> None:
         if event == "member.lease_expired":
             # The core's clock is the event loop's, in ms; time.monotonic() is the same clock.
             deadline_ms = fields.get("deadline")

@@ -237,7 +237,7 @@ async def run(a: argparse.Namespace) -> None:
             loop.call_soon(emit_status)  # after the core finished the transition
 
     member = GroupMember(config, listener=Listener())
-    member._observers.append(observer)
+    member.add_event_hook(observer)
 
     async def poll_loop() -> None:
         failures = 0

@@ -157,7 +157,7 @@ async def test_blocked_loop_isolated_member_keeps_membership_default_member_lose
                     r.member.generation.generation_id,
                     len(r.events),
                     len(watchers[mode].callbacks),
-                    r.member.stats(),
+                    r.member.stats().as_dict(),
                 )
                 for mode, r in runners.items()
             }
@@ -181,9 +181,9 @@ async def test_blocked_loop_isolated_member_keeps_membership_default_member_lose
                 # Isolated mode: a few more heartbeats after the block, still the same
                 # membership.
                 iso = runners["isolated"].member
-                sent_at_unblock = iso.stats()["heartbeats_acknowledged"]
+                sent_at_unblock = iso.stats().heartbeats_acknowledged
                 await wait_for(
-                    lambda: iso.stats()["heartbeats_acknowledged"] >= sent_at_unblock + 2,
+                    lambda: iso.stats().heartbeats_acknowledged >= sent_at_unblock + 2,
                     timeout=10,
                     what="isolated member heartbeats after the block",
                 )
@@ -191,7 +191,7 @@ async def test_blocked_loop_isolated_member_keeps_membership_default_member_lose
             # -- isolated: nothing happened -------------------------------------------------
             iso_runner = runners["isolated"]
             member_id, generation, n_events, n_watcher, stats0 = before["isolated"]
-            stats1 = iso.stats()
+            stats1 = iso.stats().as_dict()
             assert iso.member_id == member_id
             assert iso.generation.generation_id == generation
             assert iso.state is MemberState.STABLE
@@ -212,7 +212,7 @@ async def test_blocked_loop_isolated_member_keeps_membership_default_member_lose
 
             # -- default: evicted, and the lateness is reported -----------------------------
             member_id, generation, n_events, n_watcher, stats0 = before["default"]
-            dstats = victim.member.stats()
+            dstats = victim.member.stats().as_dict()
             assert dstats["isolated"] is False
             assert dstats["generation"] > generation
             callbacks = [e.callback for e in victim.events[n_events:]]

@@ -146,7 +146,7 @@ class Scene:
     async def start(self, **overrides: Any) -> MemberRunner:
         runner = await self.group.start(self.config(**overrides))
         loop = asyncio.get_running_loop()
-        runner.member._observers.append(
+        runner.member.add_event_hook(
             lambda event, fields: self.core_events.append((loop.time(), event, fields))
         )
         return runner

@@ -160,7 +160,7 @@ def snapshot(runner: MemberRunner) -> Snapshot:
         member.member_id,
         member.assignment,
         len(runner.events),
-        member.stats()["rebalances"],
+        member.stats().rebalances,
     )
 
 

@@ -108,7 +108,7 @@ async def test_close_leaves_no_task_connection_or_warning(
         assert kgroup_tasks  # the heartbeat task runs while open
     assert member.closed
     assert not {t for t in asyncio.all_tasks() - before if not t.done()} - {asyncio.current_task()}
-    assert member._coord_conn is None
+    assert member._link.connection_open is None
     await member.close()  # idempotent
     # ResourceWarning is an error in this suite (pyproject filterwarnings): an unclosed
     # socket would fail the test at garbage collection.

@@ -57,6 +57,6 @@ async def test_calls_before_start_are_usage_errors() -> None:
         consumer.seek(tp, 0)
     assert consumer.assignment == frozenset()
     assert consumer.paused() == frozenset()
-    assert consumer.stats()["records_delivered"] == 0
+    assert consumer.stats().records_delivered == 0
     await consumer.close()  # closing an unstarted consumer is fine, and idempotent
     await consumer.close()

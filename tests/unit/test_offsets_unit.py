@@ -381,15 +381,9 @@ class FakeMember:
     def answers_default(self) -> Any:
         raise AssertionError("no scripted answer left")
 
-    def _ensure_lookup(self) -> None:
-        return None
-
-    async def _wait_coordinator_task(self, get: Any, deadline: float | None) -> None:
+    async def _await_coordinator_known(self, deadline: float | None) -> None:
         self.lookups += 1
         self.h.lookup(1)  # the lookup succeeds at once
-
-    def _wake_hb(self) -> None:
-        pass
 
 
 @pytest.fixture

@@ -1,0 +1,184 @@
+"""The heartbeat task: one loop, one wait.
+
+The task asks the core what to do (:meth:`MemberCore.heartbeat_action`) and waits on one
+``asyncio.Event`` until the action's deadline. That deadline already covers the next
+heartbeat, the session and poll timers, and the lease (the core ends every wait at the
+lease deadline while an assignment is held), so there is no second timer task: franz-go's
+heartbeat ``select`` is the model. A heartbeat in flight does not block the loop: it runs
+as an owned task whose answer wakes the loop, so the lease is checked on time even while a
+request hangs.
+
+Woken (through the core's signals) when heartbeats are enabled, a coordinator is found, a
+heartbeat is due after ``poll()``, an assignment is installed, and at close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from .._core._member import (
+    HeartbeatDisabled,
+    HeartbeatFindCoordinator,
+    HeartbeatWait,
+    PollTimeoutLeave,
+    SendHeartbeat,
+)
+from .._core._messages import HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse
+from .._errors import CoordinatorError, ErrorCode, KGroupError, RemoteProtocolError
+from .._log import logger
+from ._link import CoordinatorLink
+from ._shared import Lifecycle, Shared
+
+__all__ = ["HeartbeatDriver", "send_leave"]
+
+#: Heartbeat answers that kept the session alive (spec §4.4).
+_ALIVE_CODES = frozenset({ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS})
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    action: SendHeartbeat
+    sent: float
+    task: asyncio.Task[HeartbeatResponse | KGroupError]
+
+
+async def send_leave(
+    shared: Shared, link: CoordinatorLink, leave: LeaveGroupRequest, timeout_ms: float | None
+) -> None:
+    """Best effort: sent once, never retried; errors are only logged (§4.5). ``timeout_ms``
+    (default ``request_timeout_ms``): close() passes what is left of its budget, so a hung
+    answer is reported as ``member.leave_group_failed`` before close()'s own deadline."""
+    try:
+        response: LeaveGroupResponse = await link.request(
+            leave, shared.config.request_timeout_ms if timeout_ms is None else timeout_ms
+        )
+    except KGroupError as exc:
+        logger.info("member.leave_group_failed", group=leave.group_id, error=str(exc))
+        return
+    logger.info(
+        "member.left_group",
+        group=leave.group_id,
+        member_id=leave.member_id,
+        error_code=response.effective_error,
+    )
+
+
+class HeartbeatDriver:
+    """Runs the heartbeat loop on the coordinator loop (see the module docstring)."""
+
+    def __init__(self, shared: Shared, link: CoordinatorLink) -> None:
+        self._shared = shared
+        self._link = link
+        self._in_flight: _InFlight | None = None
+
+    async def _wait(self, until: float | None) -> None:
+        """Wait for the wake Event until ``until`` (ms, the member's clock) or forever. In
+        isolated mode at most one heartbeat interval, so the task notices an application
+        loop that closed without close()."""
+        shared = self._shared
+        timeout = None if until is None else max(0.0, (until - shared.now()) / 1000.0)
+        if shared.seam is not None and shared.seam.isolated:
+            cap = shared.config.heartbeat_interval_ms / 1000.0
+            timeout = cap if timeout is None else min(timeout, cap)
+        try:
+            await asyncio.wait_for(shared.hb_wake.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    async def run(self, abandoned: Any) -> None:
+        """The loop. ``abandoned()`` is true when the member must stop by itself (isolated
+        mode, the application's loop closed without close())."""
+        shared = self._shared
+        stats = shared.hb_stats
+        while shared.lifecycle is Lifecycle.OPEN:
+            if abandoned():
+                return
+            shared.hb_wake.clear()
+            in_flight = self._in_flight
+            if in_flight is not None and in_flight.task.done():
+                self._in_flight = None
+                self._answered(in_flight, in_flight.task.result())
+            now = shared.now()
+            with shared.step() as core:
+                # First: did this run start late for a heartbeat that was due?
+                due = stats.due
+                lateness = stats.woke(now)
+                action = core.heartbeat_action(now)
+                if isinstance(action, HeartbeatWait):
+                    stats.waiting(core.timers.heartbeat.deadline, now)
+                else:
+                    stats.idle()
+                retry_at = core.find_coordinator_retry_at()
+            if lateness is not None and due is not None and stats.is_late(lateness):
+                self._log_late(due, lateness)
+            match action:
+                case HeartbeatDisabled(until=until) | HeartbeatWait(until=until):
+                    await self._wait(until)
+                case HeartbeatFindCoordinator(until=until):
+                    if shared.now() >= retry_at:
+                        self._link.ensure_lookup()  # honour the lookup's exponential backoff
+                    await self._wait(until)
+                case SendHeartbeat():
+                    self._send(action, now)
+                case PollTimeoutLeave(leave=leave):
+                    logger.warning(
+                        "member.poll_timeout_left",
+                        group=shared.config.group_id,
+                        sent_leave_group=leave is not None,
+                    )
+                    if leave is not None:
+                        shared.tasks.spawn(
+                            send_leave(shared, self._link, leave, None), "kgroup-leave-group"
+                        )
+
+    def _send(self, action: SendHeartbeat, sent: float) -> None:
+        shared = self._shared
+        with shared.lock:
+            shared.hb_stats.sending()
+        task = shared.tasks.spawn(self._request(action), "kgroup-heartbeat-request")
+        task.add_done_callback(lambda _: shared.hb_wake.set())
+        self._in_flight = _InFlight(action, sent, task)
+
+    async def _request(self, action: SendHeartbeat) -> HeartbeatResponse | KGroupError:
+        """The heartbeat round trip; a failure the protocol knows is returned, not raised
+        (anything else is a kgroup bug and fails the task)."""
+        try:
+            response: HeartbeatResponse = await self._link.request(
+                action.request, action.timeout_ms
+            )
+        except KGroupError as exc:
+            return exc
+        return response
+
+    def _answered(self, in_flight: _InFlight, outcome: HeartbeatResponse | KGroupError) -> None:
+        shared = self._shared
+        stats = shared.hb_stats
+        now = shared.now()
+        with shared.step() as core:
+            if isinstance(outcome, CoordinatorError | RemoteProtocolError):
+                stats.lost()
+                core.on_heartbeat_failed(now, str(outcome))
+            elif isinstance(outcome, KGroupError):
+                stats.lost()
+                core.timers.failed(now)
+                core.record_fatal(outcome)
+            else:
+                stats.answered(in_flight.sent, now, ok=outcome.error_code in _ALIVE_CODES)
+                core.on_heartbeat_response(in_flight.action.generation, outcome, now)
+
+    def _log_late(self, due: float, lateness: float) -> None:
+        shared = self._shared
+        core = shared.core
+        generation = core.generation if core is not None else None
+        logger.warning(
+            "heartbeat.late",
+            group=shared.config.group_id,
+            member_id=generation.member_id if generation is not None else "",
+            generation=generation.generation_id if generation is not None else -1,
+            lag_ms=round(lateness, 1),
+            due=round(due, 1),
+            threshold_ms=shared.config.loop_stall_warn_ms,
+            isolated=shared.seam is not None and shared.seam.isolated,
+        )

@@ -1,0 +1,127 @@
+"""The coordinator link: the bootstrap cluster, the lookup task and the connection to the
+group coordinator, and the one door for requests to it.
+
+Runs on the coordinator loop (the application's loop in the default mode). The core decides
+when the coordinator is known or forgotten; the link only connects, sends and reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .._core._state import Coordinator
+from .._errors import CoordinatorError, KGroupError, RemoteProtocolError
+from ._connection import BrokerConnection, Cluster
+from ._security import connection_kwargs
+from ._shared import Lifecycle, Shared
+
+__all__ = ["CoordinatorLink"]
+
+
+class CoordinatorLink:
+    """Owns the bootstrap :class:`Cluster`, the coordinator connection and the lookup."""
+
+    def __init__(self, shared: Shared) -> None:
+        config = shared.config
+        self._shared = shared
+        #: TLS/SASL arguments for every connection (secrets stay inside aiokafka).
+        self._security = connection_kwargs(config)
+        self.cluster = Cluster(
+            config.brokers,
+            client_id=config.client_id,
+            request_timeout_ms=config.request_timeout_ms,
+            security=self._security,
+        )
+        self._conn: BrokerConnection | None = None
+        self._conn_for: Coordinator | None = None
+        self._conn_lock = asyncio.Lock()
+        self._closing: set[asyncio.Future[Any]] = set()
+        self._lookup: asyncio.Task[None] | None = None
+
+    def _closed(self) -> bool:
+        return self._shared.lifecycle is Lifecycle.CLOSED
+
+    @property
+    def connection_open(self) -> BrokerConnection | None:
+        """The coordinator connection if one is open (tests look at it)."""
+        return self._conn
+
+    def drop(self) -> None:
+        """Close the coordinator connection (every request in flight on it fails)."""
+        conn, self._conn, self._conn_for = self._conn, None, None
+        if conn is not None:
+            fut = conn.close()
+            self._closing.add(fut)
+            fut.add_done_callback(self._closing.discard)
+
+    async def connection(self) -> BrokerConnection:
+        shared = self._shared
+        core = shared.core
+        if core is None or shared.lifecycle is Lifecycle.CLOSED:
+            raise CoordinatorError("member is closed")
+        async with self._conn_lock:
+            coord = core.coordinator
+            if coord is None:
+                raise CoordinatorError("coordinator unknown")
+            conn = self._conn
+            if conn is not None and self._conn_for is coord and conn.connected:
+                return conn
+            if conn is not None:
+                self.drop()
+            config = shared.config
+            try:
+                conn = await BrokerConnection.open(
+                    coord.host,
+                    coord.port,
+                    client_id=config.client_id,
+                    timeout_ms=config.request_timeout_ms,
+                    security=self._security,
+                )
+            except CoordinatorError as exc:
+                with shared.step() as core:
+                    if core.coordinator is coord:
+                        core.on_coordinator_unreachable(shared.now(), str(exc))
+                raise
+            if core.coordinator is not coord or self._closed():
+                await conn.aclose()
+                raise CoordinatorError("coordinator changed while connecting")
+            self._conn, self._conn_for = conn, coord
+            return conn
+
+    async def request(self, request: Any, timeout_ms: float) -> Any:
+        """Send one request to the group coordinator; raises ``CoordinatorError`` when it
+        is unknown or unreachable and ``RemoteProtocolError`` for a malformed answer (the
+        connection is dropped then)."""
+        conn = await self.connection()
+        return await conn.request(request, timeout_ms)
+
+    def ensure_lookup(self) -> asyncio.Task[None]:
+        """The running FindCoordinator lookup, started if none runs (at most one)."""
+        if self._lookup is None or self._lookup.done():
+            self._lookup = self._shared.tasks.spawn(self._lookup_once(), "kgroup-find-coordinator")
+        return self._lookup
+
+    async def _lookup_once(self) -> None:
+        shared = self._shared
+        with shared.step() as core:
+            request = core.find_coordinator_request()
+        try:
+            response = await self.cluster.find_coordinator(request)
+        except (CoordinatorError, RemoteProtocolError) as exc:
+            with shared.step() as core:
+                core.on_find_coordinator_failed(shared.now(), str(exc))
+            return
+        except KGroupError as exc:
+            with shared.step() as core:
+                core.record_fatal(exc)
+            return
+        with shared.step() as core:
+            core.on_find_coordinator_response(response, shared.now())
+
+    async def aclose(self) -> None:
+        """Close the coordinator connection and the bootstrap cluster."""
+        self.drop()
+        await self.cluster.aclose()
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)

@@ -1,0 +1,191 @@
+"""What every part of a member's runtime shares: the core behind its lock, the clock, the
+Events, the task owner and the one place where the core's signals are applied.
+
+The parts (:mod:`._link`, :mod:`._heartbeat`, :mod:`._rebalance`) each get this object;
+:class:`~kgroup.GroupMember` is the facade that owns them all.
+
+Every call into the core goes through :meth:`Shared.step`: it takes the core lock (the core
+is shared by two threads in isolated mode), and when the call returns it takes the core's
+:class:`~kgroup._core._signals.Signals` and applies them, in one place: wake ``poll()``,
+wake the heartbeat task, drop the coordinator connection. Log events and event hooks are
+observation only (:meth:`Shared.observe`): a hook that raises is contained, counted and
+logged once, and never changes what the member does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from .._core._embedding import ConsumerEmbedding
+from .._core._member import MemberCore
+from .._core._signals import Signals
+from .._core._timers import HeartbeatStats
+from .._errors import InternalError, UsageError
+from .._log import EventName, log_event, logger
+from ._seam import LoopSeam
+from ._tasks import TaskOwner
+
+if TYPE_CHECKING:
+    from .._config import GroupConfig
+    from ._link import CoordinatorLink
+
+__all__ = ["EventHook", "Lifecycle", "Shared"]
+
+#: ``hook(event_name, fields)``: called for every membership event (see ``add_event_hook``).
+EventHook = Callable[[str, Mapping[str, Any]], None]
+
+
+class Lifecycle(enum.Enum):
+    UNOPENED = "unopened"  # constructed; nothing started
+    OPEN = "open"  # tasks running
+    CLOSING = "closing"  # close() in progress
+    CLOSED = "closed"  # everything stopped; the member cannot be reopened
+
+
+class Shared:
+    """The state the runtime's parts share (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: GroupConfig,
+        *,
+        listener: object | None,
+        clock: Callable[[], float] | None,
+    ) -> None:
+        self.config = config
+        self.listener = listener
+        self._clock = clock
+        self.embedding = ConsumerEmbedding(config.topics, config.assignors, rack_id=config.rack_id)
+        self.lifecycle = Lifecycle.UNOPENED
+        self.core: MemberCore | None = None
+        #: Serialises every synchronous access to the core (two threads in isolated mode).
+        self.lock = threading.RLock()
+        self.tasks = TaskOwner(config.group_id, self.task_failed)
+        self.seam: LoopSeam | None = None
+        self.link: CoordinatorLink | None = None
+        #: Woken when the heartbeat task must recompute its wait (coordinator loop).
+        self.hb_wake = asyncio.Event()
+        #: Woken when ``poll()`` has something new to do (application's loop).
+        self.poll_wake = asyncio.Event()
+        #: Woken like ``poll_wake``, for ``wait_rebalance_pending`` (application's loop).
+        self.pending_wake = asyncio.Event()
+        self.closed_event = asyncio.Event()
+        self.hb_stats = HeartbeatStats(stall_warn_ms=config.loop_stall_warn_ms)
+        self.hooks: list[EventHook] = []
+        self._failed_hooks: set[int] = set()
+        self.hook_failures = 0
+        #: Partitions whose revoke callback is running: still held until it returns.
+        self.releasing: frozenset[Any] = frozenset()
+
+    # -- time and state ----------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The member's clock, in ms."""
+        clock = self._clock
+        if clock is None:
+            try:
+                clock = asyncio.get_running_loop().time
+            except RuntimeError:  # stats() from a thread without a loop: the same clock
+                clock = time.monotonic
+        return clock() * 1000.0
+
+    @property
+    def open(self) -> bool:
+        return self.lifecycle is Lifecycle.OPEN
+
+    def check_open(self) -> MemberCore:
+        if self.lifecycle is not Lifecycle.OPEN or self.core is None:
+            raise UsageError(
+                f"GroupMember is {self.lifecycle.value}: use 'async with GroupMember(...)' "
+                "or await start() first"
+                if self.lifecycle is Lifecycle.UNOPENED
+                else f"GroupMember is {self.lifecycle.value}"
+            )
+        return self.core
+
+    # -- the core ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[MemberCore]:
+        """Use the core under its lock; its signals are applied when the block ends (also
+        when it raises)."""
+        core = self.core
+        if core is None:
+            raise UsageError("GroupMember is not started")
+        with self.lock:
+            try:
+                yield core
+            finally:
+                signals = core.take_signals()
+        if signals:
+            self.apply(signals)
+
+    def apply(self, signals: Signals) -> None:
+        """The one place where the core's signals turn into wake-ups and dropped
+        connections."""
+        if signals.wake_poll:
+            self.wake_poll()
+        if signals.wake_heartbeat:
+            self.wake_hb()
+        if signals.drop_coordinator and self.link is not None and self.seam is not None:
+            # Spec §4.0.3: the core forgot the coordinator first; now drop the connection so
+            # every request in flight on it fails at once.
+            self.seam.to_coordinator(self.link.drop)
+
+    def wake_hb(self) -> None:
+        seam = self.seam
+        if seam is None:
+            self.hb_wake.set()
+        else:
+            seam.wake_coordinator(self.hb_wake)
+
+    def wake_poll(self) -> None:
+        seam = self.seam
+        if seam is None:
+            self.poll_wake.set()
+            self.pending_wake.set()
+        else:
+            seam.wake_app(self.poll_wake)
+            seam.wake_app(self.pending_wake)
+
+    def task_failed(self, error: InternalError) -> None:
+        """An owned task failed (a kgroup bug): the next ``poll()`` raises it."""
+        core = self.core
+        if core is None or self.lifecycle is not Lifecycle.OPEN:
+            return
+        with self.step() as core:
+            core.record_fatal(error)
+
+    # -- observation -------------------------------------------------------------------------
+
+    def observe(self, event: str, **fields: Any) -> None:
+        """The core's observer: log the event, then call the event hooks (on the
+        application's loop). Runs inside a core call, under the lock."""
+        log_event(cast(EventName, event), **fields)
+        if self.hooks:
+            if self.seam is None:
+                self.run_hooks(event, fields)
+            else:
+                self.seam.to_app(self.run_hooks, event, fields)
+
+    def run_hooks(self, event: str, fields: Mapping[str, Any]) -> None:
+        for hook in list(self.hooks):
+            try:
+                hook(event, fields)
+            except Exception as exc:
+                self.hook_failures += 1
+                if id(hook) in self._failed_hooks:
+                    continue
+                self._failed_hooks.add(id(hook))
+                logger.exception(
+                    "member.event_hook_failed",
+                    group=self.config.group_id,
+                    hook=getattr(hook, "__qualname__", repr(hook)),
+                    error=repr(exc),
+                )

@@ -1,0 +1,99 @@
+"""Task ownership for the member's runtime: every task has an owner that keeps its failure.
+
+:class:`TaskOwner` is the member's nursery. ``close()`` cancels and awaits every task it
+spawned. A task that fails (anything but cancellation) is a bug in kgroup: the owner keeps
+the exception, logs ``member.task_crashed`` with the traceback and hands an
+:class:`~kgroup.InternalError` to ``on_failure`` (the member records it as a fatal error,
+so the next ``poll()`` raises it). asyncio never sees an unretrieved task exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from .._errors import InternalError, UsageError
+from .._log import logger
+
+__all__ = ["TaskOwner", "consume", "require_asyncio", "running_loop"]
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def consume(fut: asyncio.Future[Any]) -> None:
+    """Retrieve an abandoned future's outcome so that asyncio does not warn about it."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+def require_asyncio() -> asyncio.AbstractEventLoop:
+    """The running asyncio loop, or a UsageError that says what runs instead."""
+    loop = running_loop()
+    if loop is not None:
+        return loop
+    library = None
+    try:
+        import sniffio
+
+        library = sniffio.current_async_library()
+    except Exception:  # sniffio absent, or no async library detected
+        library = None
+    if library is not None and library != "asyncio":
+        raise UsageError(
+            f"kgroup needs asyncio, but this code runs under {library}: aiokafka, which "
+            "kgroup uses for its connections, works on asyncio only. Under anyio use "
+            "anyio.run(main, backend='asyncio')"
+        )
+    raise UsageError(
+        "kgroup needs asyncio and found no running asyncio event loop: call it from a "
+        "coroutine run by asyncio.run() (or anyio.run(main, backend='asyncio'))"
+    )
+
+
+class TaskOwner:
+    """Owns every task the member starts; :meth:`aclose` cancels and awaits them all."""
+
+    def __init__(self, group_id: str, on_failure: Callable[[InternalError], None]) -> None:
+        self._group_id = group_id
+        self._on_failure = on_failure
+        self._tasks: set[asyncio.Task[Any]] = set()
+        #: Every failure of an owned task, in order (kept for close() and tests).
+        self.failures: list[InternalError] = []
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()  # retrieved here, always
+        if exc is None:
+            return
+        error = InternalError(task.get_name(), exc)
+        error.__cause__ = exc
+        self.failures.append(error)
+        logger.error(
+            "member.task_crashed",
+            group=self._group_id,
+            task=task.get_name(),
+            error=repr(exc),
+            exc_info=exc,
+        )
+        self._on_failure(error)
+
+    async def aclose(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
