@@ -1,5 +1,6 @@
-"""The coordinator link: the bootstrap cluster, the lookup task and the connection to the
-group coordinator, and the one door for requests to it.
+"""The coordinator link: the lookup task and the connection to the group coordinator, and
+the one door for requests to it. It reaches the brokers through the member's
+:class:`~._transport.Transport`.
 
 Runs on the coordinator loop (the application's loop in the default mode). The core decides
 when the coordinator is known or forgotten; the link only connects, sends and reports.
@@ -12,28 +13,19 @@ from typing import Any
 
 from .._core._state import Coordinator
 from .._errors import CoordinatorError, KGroupError, RemoteProtocolError
-from ._connection import BrokerConnection, Cluster
-from ._security import connection_kwargs
 from ._shared import Lifecycle, Shared
+from ._transport import Connection, Transport
 
 __all__ = ["CoordinatorLink"]
 
 
 class CoordinatorLink:
-    """Owns the bootstrap :class:`Cluster`, the coordinator connection and the lookup."""
+    """Owns the transport, the coordinator connection and the lookup."""
 
-    def __init__(self, shared: Shared) -> None:
-        config = shared.config
+    def __init__(self, shared: Shared, transport: Transport) -> None:
         self._shared = shared
-        #: TLS/SASL arguments for every connection (secrets stay inside aiokafka).
-        self._security = connection_kwargs(config)
-        self.cluster = Cluster(
-            config.brokers,
-            client_id=config.client_id,
-            request_timeout_ms=config.request_timeout_ms,
-            security=self._security,
-        )
-        self._conn: BrokerConnection | None = None
+        self.transport = transport
+        self._conn: Connection | None = None
         self._conn_for: Coordinator | None = None
         self._conn_lock = asyncio.Lock()
         self._closing: set[asyncio.Future[Any]] = set()
@@ -43,7 +35,7 @@ class CoordinatorLink:
         return self._shared.lifecycle is Lifecycle.CLOSED
 
     @property
-    def connection_open(self) -> BrokerConnection | None:
+    def connection_open(self) -> Connection | None:
         """The coordinator connection if one is open (tests look at it)."""
         return self._conn
 
@@ -55,7 +47,7 @@ class CoordinatorLink:
             self._closing.add(fut)
             fut.add_done_callback(self._closing.discard)
 
-    async def connection(self) -> BrokerConnection:
+    async def connection(self) -> Connection:
         shared = self._shared
         core = shared.core
         if core is None or shared.lifecycle is Lifecycle.CLOSED:
@@ -69,15 +61,8 @@ class CoordinatorLink:
                 return conn
             if conn is not None:
                 self.drop()
-            config = shared.config
             try:
-                conn = await BrokerConnection.open(
-                    coord.host,
-                    coord.port,
-                    client_id=config.client_id,
-                    timeout_ms=config.request_timeout_ms,
-                    security=self._security,
-                )
+                conn = await self.transport.connect(coord.host, coord.port)
             except CoordinatorError as exc:
                 with shared.step() as core:
                     if core.coordinator is coord:
@@ -107,7 +92,7 @@ class CoordinatorLink:
         with shared.step() as core:
             request = core.find_coordinator_request()
         try:
-            response = await self.cluster.find_coordinator(request)
+            response = await self.transport.find_coordinator(request)
         except (CoordinatorError, RemoteProtocolError) as exc:
             with shared.step() as core:
                 core.on_find_coordinator_failed(shared.now(), str(exc))
@@ -120,8 +105,8 @@ class CoordinatorLink:
             core.on_find_coordinator_response(response, shared.now())
 
     async def aclose(self) -> None:
-        """Close the coordinator connection and the bootstrap cluster."""
+        """Close the coordinator connection and the transport."""
         self.drop()
-        await self.cluster.aclose()
+        await self.transport.aclose()
         if self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)

@@ -40,6 +40,7 @@ from ._rebalance import RebalanceDriver
 from ._seam import LoopSeam
 from ._shared import EventHook, Lifecycle, Shared
 from ._tasks import require_asyncio
+from ._transport import KafkaTransport, Transport
 
 __all__ = ["EventHook", "GroupMember"]
 
@@ -71,6 +72,8 @@ class GroupMember:
     - ``config``: a :class:`GroupConfig`.
     - ``listener``: a :class:`RebalanceListener` (any subset of its methods, sync or async).
     - ``clock``: a monotonic clock in seconds (tests); default: the event loop's ``time()``.
+    - ``transport``: how the member reaches the brokers (tests:
+      ``kgroup.testing.MockTransport``); default: Kafka's wire protocol via aiokafka.
     """
 
     def __init__(
@@ -79,13 +82,16 @@ class GroupMember:
         *,
         listener: RebalanceListener | None = None,
         clock: Callable[[], float] | None = None,
+        transport: Transport | None = None,
     ) -> None:
         if not isinstance(config, GroupConfig):
             raise UsageError(f"config must be a GroupConfig, got {type(config).__name__}")
         self._config = config
         shared = Shared(config, listener=listener, clock=clock)
         self._shared = shared
-        self._link = CoordinatorLink(shared)
+        self._link = CoordinatorLink(
+            shared, KafkaTransport(config) if transport is None else transport
+        )
         shared.link = self._link
         self._heartbeat = HeartbeatDriver(shared, self._link)
         self._rebalance = RebalanceDriver(shared, self._link)

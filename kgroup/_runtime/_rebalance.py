@@ -193,7 +193,7 @@ class RebalanceDriver:
             if isinstance(step, ComputeAssignment):
                 embedding = shared.embedding
                 topics = embedding.metadata_topics(step.members)
-                counts = await link.cluster.partitions_for(topics)
+                counts = await link.transport.partitions_for(topics)
                 assignments = embedding.assign(step.protocol_name, step.members, counts)
                 with shared.step() as core:
                     step = core.assignment_computed(assignments, now=shared.now())

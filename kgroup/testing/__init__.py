@@ -23,6 +23,7 @@ from ._java import JavaMember, JavaMemberError
 from ._kafka import KAFKA_VERSION, KafkaBroker, cache_root, kafka_classpath, kafka_libs
 from ._members import ListenerEvent, MemberGroup, MemberRunner, covered
 from ._mock_cluster import MockCluster, MockClusterError, MockRequest
+from ._mock_transport import InMemoryCoordinator, MockConnection, MockTransport
 from ._ports import (
     Broker,
     BrokerStartError,
@@ -40,6 +41,7 @@ __all__ = [
     "BrokerUnavailable",
     "FaultProxy",
     "Hold",
+    "InMemoryCoordinator",
     "JavaMember",
     "JavaMemberError",
     "KafkaBroker",
@@ -48,7 +50,9 @@ __all__ = [
     "MemberRunner",
     "MockCluster",
     "MockClusterError",
+    "MockConnection",
     "MockRequest",
+    "MockTransport",
     "OwnershipLog",
     "OwnershipViolation",
     "ProxiedBroker",

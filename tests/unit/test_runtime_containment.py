@@ -121,7 +121,7 @@ async def test_a_crashed_task_is_an_internal_error_not_a_broker_error(
         async def crash(*args: Any, **kwargs: Any) -> Any:
             raise ZeroDivisionError("a bug in kgroup")
 
-        member._link.cluster.find_coordinator = crash  # type: ignore[method-assign]
+        member._link.transport.find_coordinator = crash  # type: ignore[method-assign]
         with pytest.raises(InternalError) as raised:
             async with asyncio.timeout(30):
                 while True:
