@@ -118,17 +118,7 @@ async def commit_offsets(
     *,
     timeout: float | None = None,
 ) -> None:
-    """Commit ``offsets`` (the next offset to read, per partition) under the member's
-    current generation, retrying retriable failures until ``timeout`` seconds (default:
-    ``request_timeout_ms``).
-
-    Raises :class:`~kgroup.RebalanceInProgress` (call ``poll()``, then commit again),
-    :class:`~kgroup.CommitFailed` (the member left the generation; the partitions may be
-    another member's now), :class:`~kgroup.TopicAuthorizationFailed`, the fatal
-    :class:`~kgroup.GroupAuthorizationFailed` / :class:`~kgroup.FencedInstanceId` (also
-    raised by the next ``poll()``), or :class:`~kgroup.OffsetsError` (rejected, or not done
-    before the timeout).
-    """
+    """``GroupMember.commit_offsets`` (see there): Java's ``commitSync``."""
     attempts = _Attempts(member, "OffsetCommit", timeout)
     while True:
         prepared = member._core_call(lambda core: (commit_request(core, offsets), core.generation))
@@ -167,11 +157,7 @@ async def fetch_committed(
     *,
     timeout: float | None = None,
 ) -> dict[TopicPartition, OffsetAndMetadata | None]:
-    """The committed offsets of ``partitions`` in the member's group (None where nothing is
-    committed), retrying retriable failures until ``timeout`` seconds (default:
-    ``request_timeout_ms``). Raises :class:`~kgroup.OffsetsError`,
-    :class:`~kgroup.TopicAuthorizationFailed` or the fatal
-    :class:`~kgroup.GroupAuthorizationFailed`."""
+    """``GroupMember.fetch_committed`` (see there): Java's ``committed()``."""
     wanted = list(dict.fromkeys(partitions))
     request = member._core_call(lambda core: fetch_request(core, wanted))
     if not request.partitions:

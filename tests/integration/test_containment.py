@@ -13,13 +13,12 @@ failure is reported once on stderr, never "Task exception was never retrieved".
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import re
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -62,18 +61,6 @@ SINK_ERRORS = {
     "closed_pipe": BrokenPipeError(errno.EPIPE, "Broken pipe"),
     "full_disk": OSError(errno.ENOSPC, "No space left on device"),
 }
-
-
-@pytest.fixture
-async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
-    loop = asyncio.get_running_loop()
-    seen: list[dict[str, Any]] = []
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _loop, context: seen.append(context))
-    try:
-        yield seen
-    finally:
-        loop.set_exception_handler(previous)
 
 
 @pytest.mark.kafka

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import pathlib
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any, get_args
 
 import pytest
@@ -38,19 +38,6 @@ def config(**overrides: Any) -> GroupConfig:
     }
     settings.update(overrides)
     return GroupConfig(**settings)
-
-
-@pytest.fixture
-async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
-    """Everything the event loop's exception handler would have printed."""
-    loop = asyncio.get_running_loop()
-    seen: list[dict[str, Any]] = []
-    previous = loop.get_exception_handler()
-    loop.set_exception_handler(lambda _loop, context: seen.append(context))
-    try:
-        yield seen
-    finally:
-        loop.set_exception_handler(previous)
 
 
 async def lookup_failures(member: GroupMember, at_least: int) -> None:
