@@ -5,8 +5,8 @@ The task asks the core what to do (:meth:`MemberCore.heartbeat_action`) and wait
 heartbeat, the session and poll timers, and the lease (the core ends every wait at the
 lease deadline while an assignment is held), so there is no second timer task: franz-go's
 heartbeat ``select`` is the model. A heartbeat in flight does not block the loop: it runs
-as an owned task whose answer wakes the loop, so the lease is checked on time even while a
-request hangs.
+as an owned task that hands the answer to the core as soon as it arrives and then wakes the
+loop, so the lease is checked on time even while a request hangs.
 
 Woken (through the core's signals) when heartbeats are enabled, a coordinator is found, a
 heartbeat is due after ``poll()``, an assignment is installed, and at close.
@@ -15,7 +15,6 @@ heartbeat is due after ``poll()``, an assignment is installed, and at close.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
 from .._core._member import (
@@ -35,13 +34,6 @@ __all__ = ["HeartbeatDriver", "send_leave"]
 
 #: Heartbeat answers that kept the session alive (spec §4.4).
 _ALIVE_CODES = frozenset({ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS})
-
-
-@dataclass(frozen=True, slots=True)
-class _InFlight:
-    action: SendHeartbeat
-    sent: float
-    task: asyncio.Task[HeartbeatResponse | KGroupError]
 
 
 async def send_leave(
@@ -71,7 +63,6 @@ class HeartbeatDriver:
     def __init__(self, shared: Shared, link: CoordinatorLink) -> None:
         self._shared = shared
         self._link = link
-        self._in_flight: _InFlight | None = None
 
     async def _wait(self, until: float | None) -> None:
         """Wait for the wake Event until ``until`` (ms, the member's clock) or forever. In
@@ -83,7 +74,8 @@ class HeartbeatDriver:
             cap = shared.config.heartbeat_interval_ms / 1000.0
             timeout = cap if timeout is None else min(timeout, cap)
         try:
-            await asyncio.wait_for(shared.hb_wake.wait(), timeout)
+            async with asyncio.timeout(timeout):  # no helper task, unlike wait_for on 3.11
+                await shared.hb_wake.wait()
         except TimeoutError:
             pass
 
@@ -96,10 +88,6 @@ class HeartbeatDriver:
             if abandoned():
                 return
             shared.hb_wake.clear()
-            in_flight = self._in_flight
-            if in_flight is not None and in_flight.task.done():
-                self._in_flight = None
-                self._answered(in_flight, in_flight.task.result())
             now = shared.now()
             with shared.step() as core:
                 # First: did this run start late for a heartbeat that was due?
@@ -137,22 +125,23 @@ class HeartbeatDriver:
         shared = self._shared
         with shared.lock:
             shared.hb_stats.sending()
-        task = shared.tasks.spawn(self._request(action), "kgroup-heartbeat-request")
-        task.add_done_callback(lambda _: shared.hb_wake.set())
-        self._in_flight = _InFlight(action, sent, task)
+        shared.tasks.spawn(self._round_trip(action, sent), "kgroup-heartbeat-request")
 
-    async def _request(self, action: SendHeartbeat) -> HeartbeatResponse | KGroupError:
-        """The heartbeat round trip; a failure the protocol knows is returned, not raised
-        (anything else is a kgroup bug and fails the task)."""
+    async def _round_trip(self, action: SendHeartbeat, sent: float) -> None:
+        """The heartbeat request; its answer (or the failure the protocol knows) goes to the
+        core at once, in this task, then the loop recomputes its wait. Anything else raised
+        here is a kgroup bug and fails the task."""
+        outcome: HeartbeatResponse | KGroupError
         try:
-            response: HeartbeatResponse = await self._link.request(
-                action.request, action.timeout_ms
-            )
+            outcome = await self._link.request(action.request, action.timeout_ms)
         except KGroupError as exc:
-            return exc
-        return response
+            outcome = exc
+        self._answered(action, sent, outcome)
+        self._shared.hb_wake.set()
 
-    def _answered(self, in_flight: _InFlight, outcome: HeartbeatResponse | KGroupError) -> None:
+    def _answered(
+        self, action: SendHeartbeat, sent: float, outcome: HeartbeatResponse | KGroupError
+    ) -> None:
         shared = self._shared
         stats = shared.hb_stats
         now = shared.now()
@@ -165,8 +154,8 @@ class HeartbeatDriver:
                 core.timers.failed(now)
                 core.record_fatal(outcome)
             else:
-                stats.answered(in_flight.sent, now, ok=outcome.error_code in _ALIVE_CODES)
-                core.on_heartbeat_response(in_flight.action.generation, outcome, now)
+                stats.answered(sent, now, ok=outcome.error_code in _ALIVE_CODES)
+                core.on_heartbeat_response(action.generation, outcome, now)
 
     def _log_late(self, due: float, lateness: float) -> None:
         shared = self._shared

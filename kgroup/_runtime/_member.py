@@ -352,7 +352,8 @@ class GroupMember:
             if remaining is not None and remaining <= 0:
                 return False
             try:
-                await asyncio.wait_for(shared.pending_wake.wait(), remaining)
+                async with asyncio.timeout(remaining):
+                    await shared.pending_wake.wait()
             except TimeoutError:
                 return not shared.open or self.rebalance_pending
 

@@ -105,7 +105,8 @@ class RebalanceDriver:
         slice_ms = shared.config.max_poll_interval_ms / 2
         until = now + slice_ms if deadline is None else min(deadline, now + slice_ms)
         try:
-            await asyncio.wait_for(shared.poll_wake.wait(), (until - now) / 1000.0)
+            async with asyncio.timeout((until - now) / 1000.0):
+                await shared.poll_wake.wait()
         except TimeoutError:
             pass
         with shared.step() as core:
@@ -143,9 +144,8 @@ class RebalanceDriver:
                     # its answer (the core wakes poll on member.lease_renewed).
                     wait_until = until if deadline is None else min(until, deadline)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(
-                            shared.poll_wake.wait(), max(0.0, (wait_until - shared.now()) / 1000)
-                        )
+                        async with asyncio.timeout(max(0.0, (wait_until - shared.now()) / 1000)):
+                            await shared.poll_wake.wait()
                 case Sleep(until=until):
                     await self._sleep_until(until, deadline)
                 case PrepareJoin(lost=lost):
