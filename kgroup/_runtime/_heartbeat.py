@@ -15,7 +15,7 @@ heartbeat is due after ``poll()``, an assignment is installed, and at close.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, assert_never
 
 from .._core._member import (
     HeartbeatDisabled,
@@ -120,6 +120,8 @@ class HeartbeatDriver:
                         shared.tasks.spawn(
                             send_leave(shared, self._link, leave, None), "kgroup-leave-group"
                         )
+                case _:
+                    assert_never(action)
 
     def _send(self, action: SendHeartbeat, sent: float) -> None:
         shared = self._shared

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, assert_never
 
 from .._core._consumer_protocol import TopicPartition
 from .._core._offsets import (
@@ -27,6 +27,7 @@ from .._core._offsets import (
     Fail,
     OffsetAndMetadata,
     Retry,
+    Verdict,
     commit_request,
     fetch_request,
     on_commit_failed,
@@ -133,7 +134,7 @@ async def commit_offsets(
             response = await member._coordinator_request(request, attempts.request_timeout())
         except (CoordinatorError, RemoteProtocolError) as exc:
             reason = str(exc)
-            verdict: Any = member._core_call(partial(on_commit_failed, reason=reason))
+            verdict: Verdict = member._core_call(partial(on_commit_failed, reason=reason))
         else:
             verdict = member._core_call(partial(on_commit_response, sent=sent, response=response))
         match verdict:
@@ -149,6 +150,8 @@ async def commit_offsets(
                 raise attempts.fail(error, generation=sent.generation_id)
             case Retry():
                 await attempts.back_off(verdict)
+            case _:
+                assert_never(verdict)
 
 
 async def fetch_committed(
@@ -171,7 +174,7 @@ async def fetch_committed(
         try:
             response = await member._coordinator_request(request, attempts.request_timeout())
         except (CoordinatorError, RemoteProtocolError) as exc:
-            verdict: Any = member._core_call(
+            verdict: Verdict = member._core_call(
                 partial(on_commit_failed, reason=str(exc), api="OffsetFetch")
             )
             result: dict[TopicPartition, OffsetAndMetadata | None] = {}
@@ -191,3 +194,5 @@ async def fetch_committed(
                 raise attempts.fail(error)
             case Retry():
                 await attempts.back_off(verdict)
+            case _:
+                assert_never(verdict)

@@ -16,7 +16,7 @@ import concurrent.futures
 import contextlib
 import functools
 import inspect
-from typing import Any
+from typing import Any, assert_never
 
 from .._core._embedding import ListenerCall
 from .._core._member import (
@@ -169,6 +169,8 @@ class RebalanceDriver:
                 case CompleteJoin(generation=generation, assignment=data):
                     await self._complete(generation, data, errors)
                     completed = True
+                case _:
+                    assert_never(action)
             if deadline is not None and shared.now() >= deadline:
                 break
         if errors:
