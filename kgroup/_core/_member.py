@@ -116,8 +116,19 @@ from ._messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from ._reactions import Api, Reaction, reaction_for, unhandled
 from ._signals import SignalFlags, Signals
-from ._state import ALLOWED_TRANSITIONS, NO_GENERATION, Coordinator, Generation, MemberState
+from ._state import (
+    ALLOWED,
+    ALLOWED_TRANSITIONS,
+    CHAIN_IN_FLIGHT,
+    CHAIN_SYNCED,
+    NO_GENERATION,
+    ChainPhase,
+    Coordinator,
+    Generation,
+    MemberState,
+)
 from ._timers import ExponentialBackoff, HeartbeatTimers, Lease
 
 __all__ = [
@@ -142,7 +153,6 @@ __all__ = [
     "Sleep",
 ]
 
-_RETRIABLE_COORDINATOR = frozenset({ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR})
 _MAX_REASON = 255
 
 
@@ -314,6 +324,8 @@ class MemberCore:
     - ``state``, ``generation``: join driver (responses), heartbeat driver (resets, leave).
     - ``rejoin_needed``, ``rejoin_reason``: any trigger; cleared only by a successful sync.
     - ``needs_join_prepare``: set on reset and after a completed join; cleared by PrepareJoin.
+    - ``phase``: the rebalance chain (:class:`ChainPhase`), moved only by :meth:`_enter`
+      against the table :data:`~kgroup._core._state.ALLOWED`; the join driver's handlers.
     - ``coordinator``: set by discovery, cleared by :meth:`mark_coordinator_unknown`.
     - ``heartbeat_enabled``: set when JoinGroup succeeds; cleared by the heartbeat driver.
     - ``lease``: proofs written by the response handlers; :attr:`valid_until` derives the
@@ -359,8 +371,8 @@ class MemberCore:
         self.heartbeat_enabled = False
         self.is_leader = False
         self._fatal: KGroupError | None = None
-        # The Join->Sync chain: None, "join", "assign", "sync", "synced" or "complete".
-        self._phase: str | None = None
+        # The Join->Sync chain (:class:`ChainPhase`); moves only through :meth:`_enter`.
+        self.phase = ChainPhase.IDLE
         self._chain_generation = NO_GENERATION  # Generation the chain's request was sent under
         self._synced_assignment = b""
         self._join_retry_at = 0.0
@@ -388,7 +400,6 @@ class MemberCore:
         # (member id, protocols) -> send time of the first JoinGroup carrying them.
         self._join_first_sent: dict[tuple[str, tuple[tuple[str, bytes], ...]], float] = {}
         self._join_sent: tuple[str, tuple[tuple[str, bytes], ...], float] = ("", (), now)
-        self._awaiting_proof = False
         self._signals = SignalFlags()
 
     # -- helpers -------------------------------------------------------------------------------
@@ -421,6 +432,16 @@ class MemberCore:
         self._signals.wake_poll = True
         if new is not old:
             self._emit("member.state_changed", old=old.name, new=new.name, reason=reason)
+
+    def _enter(self, new: ChainPhase, reason: str) -> None:
+        """Move the rebalance chain to ``new``, checked against :data:`ALLOWED`."""
+        old = self.phase
+        if new not in ALLOWED[old]:
+            raise LocalProtocolError(
+                f"illegal rebalance chain transition {old.name} -> {new.name} ({reason}) in "
+                f"generation {self.generation.generation_id}"
+            )
+        self.phase = new
 
     def _is_current(self, sent: Generation) -> bool:
         """The stale-response rule (§2.5): apply generation-dependent errors only if the
@@ -562,7 +583,10 @@ class MemberCore:
     def on_find_coordinator_response(self, resp: FindCoordinatorResponse, now: float) -> None:
         self.check_lease(now)
         code = resp.error_code
-        if code == ErrorCode.NONE:
+        reaction = reaction_for(
+            Api.FIND_COORDINATOR, code, sent=self.generation, current=self.generation
+        )
+        if reaction is Reaction.OK:
             self.coordinator = Coordinator(resp.node_id, resp.host, resp.port)
             self._find_attempts = 0
             self.timers.reset_session(now)
@@ -570,13 +594,9 @@ class MemberCore:
             self._emit(
                 "member.coordinator_found", node_id=resp.node_id, host=resp.host, port=resp.port
             )
-        elif code in (
-            ErrorCode.COORDINATOR_NOT_AVAILABLE,
-            ErrorCode.NOT_COORDINATOR,
-            ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
-        ):
+        elif reaction is Reaction.RETRY_BACKOFF:
             self._find_failed(now, ErrorCode.describe(code))
-        elif code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+        elif reaction is Reaction.UNAUTHORIZED:
             self.record_fatal(
                 GroupAuthorizationFailed(
                     f"not authorized to use group {self.config.group_id!r} (FindCoordinator)",
@@ -586,8 +606,10 @@ class MemberCore:
                     api="FindCoordinator",
                 )
             )
-        else:
+        elif reaction is Reaction.FATAL:
             self._fatal_error(code, "FindCoordinator", resp.error_message)
+        else:
+            unhandled(Api.FIND_COORDINATOR, code, reaction)
 
     def on_find_coordinator_failed(self, now: float, reason: str) -> None:
         """The lookup failed in transport (no broker reachable, disconnect, timeout)."""
@@ -624,33 +646,31 @@ class MemberCore:
             # doing, so that a later completion reports them as newly assigned.
             self._lease_expired_at = None
             self._installed = False
-            if self._phase is None and self.needs_join_prepare:
+            if self.phase is ChainPhase.IDLE and self.needs_join_prepare:
                 # This release is the pre-join hook of the coming rebalance.
                 self.needs_join_prepare = False
                 if self.rebalance_started_at is None:
                     self.rebalance_started_at = now
             return PrepareJoin(lost=True, generation=self.generation, lease_expired=True)
-        if self._phase in ("join", "assign", "sync"):
+        if self.phase in CHAIN_IN_FLIGHT:
             return AwaitJoin()
-        if self._phase in ("synced", "complete"):
+        if self.phase in CHAIN_SYNCED:
             # Join completion sanity check, on the first run and on every re-run of an
             # abandoned completion (its caller was cancelled): the heartbeat driver may have
             # reset us meanwhile.
             if self.generation == self._chain_generation and self.state is MemberState.STABLE:
-                if self._phase == "synced" and self._lease_deadline() <= now:
+                if self.phase is not ChainPhase.COMPLETING and self._lease_deadline() <= now:
                     # Never install an assignment under a lapsed lease: get a fresh proof.
-                    if not self._awaiting_proof:
-                        self._awaiting_proof = True
+                    if self.phase is ChainPhase.SYNCED:
+                        self._enter(ChainPhase.AWAITING_PROOF, "lease lapsed before completion")
                         self.timers.heartbeat.reset(now, 0)
                         self._signals.wake_heartbeat = True
                         self._emit("member.lease_proof_needed", deadline=self._lease_deadline())
                     return AwaitLeaseProof(now + self.config.retry_backoff_ms)
-                self._awaiting_proof = False
-                self._phase = "complete"
+                self._enter(ChainPhase.COMPLETING, "completion handed out")
                 self._installed = True
                 return CompleteJoin(self.generation, self._synced_assignment, self.is_leader)
-            self._awaiting_proof = False
-            self._phase = None
+            self._enter(ChainPhase.IDLE, "completion sanity check failed")
         if not self.rejoin_needed:
             return Idle()
         if self.coordinator is None:
@@ -687,7 +707,7 @@ class MemberCore:
         if self.rebalance_started_at is None:
             self.rebalance_started_at = now
         self._set_state(MemberState.PREPARING_REBALANCE, "join group sent")
-        self._phase = "join"
+        self._enter(ChainPhase.JOINING, "join group sent")
         self._chain_generation = self.generation
         self._emit("member.join_sent", reason=self.rejoin_reason)
         return SendJoinGroup(request, cfg.join_timeout_ms)
@@ -707,22 +727,24 @@ class MemberCore:
 
     def _chain_retry(self, now: float, reason: str, *, backoff: bool) -> None:
         """End the chain; restart from JoinGroup now (T6) or after retry_backoff (T5)."""
-        self._phase = None
+        self._enter(ChainPhase.IDLE, reason)
         self.request_rejoin(reason)
         self._join_retry_at = now + self.config.retry_backoff_ms if backoff else 0.0
 
     def on_join_response(self, resp: JoinGroupResponse, now: float) -> ChainAction:
         self.check_lease(now)
-        if self._phase != "join":
+        if self.phase is not ChainPhase.JOINING:
             return None  # the chain was abandoned (close, or a reset that restarted it)
         code = resp.error_code
-        sent = self._chain_generation
-        if code == ErrorCode.NONE:
+        reaction = reaction_for(
+            Api.JOIN_GROUP, code, sent=self._chain_generation, current=self.generation
+        )
+        if reaction is Reaction.OK:
             if self.state is not MemberState.PREPARING_REBALANCE:
                 self._chain_retry(now, "rebalance failed: member no longer joining", backoff=True)
                 return None
             if resp.protocol_type is not None and resp.protocol_type != self.protocol_type:
-                self._phase = None
+                self._enter(ChainPhase.IDLE, "JoinGroup answered another protocol type")
                 self._fail_join_fatal(
                     InconsistentGroupProtocol,
                     f"JoinGroup answered protocol type {resp.protocol_type!r}, "
@@ -756,41 +778,42 @@ class MemberCore:
                 skip_assignment=resp.skip_assignment,
             )
             if self.is_leader and not resp.skip_assignment:
-                self._phase = "assign"
+                self._enter(ChainPhase.ASSIGNING, "leader assigns")
                 return ComputeAssignment(self.generation, resp.protocol_name or "", resp.members)
             return self._send_sync((), now)
-        if code == ErrorCode.MEMBER_ID_REQUIRED:
+        if reaction is Reaction.ADOPT_MEMBER_ID:
             # T3: adopt the id and rejoin at once, without backoff or a second pre-join hook.
             self.generation = Generation(-1, resp.member_id, None)
             self._chain_retry(
                 now, f"need to re-join with the given member-id: {resp.member_id}", backoff=False
             )
             return None
-        if code == ErrorCode.UNKNOWN_MEMBER_ID:
-            self._phase = None
-            if self._is_current(sent):
-                self.reset_generation(keep_member_id=False, reason="JoinGroup: UNKNOWN_MEMBER_ID")
+        if reaction is Reaction.RESET_GENERATION:
+            self._enter(ChainPhase.IDLE, "JoinGroup: UNKNOWN_MEMBER_ID")
+            self.reset_generation(keep_member_id=False, reason="JoinGroup: UNKNOWN_MEMBER_ID")
             self._join_retry_at = 0.0
             return None
-        if code == ErrorCode.REBALANCE_IN_PROGRESS:
-            self._chain_retry(now, "rebalance failed due to REBALANCE_IN_PROGRESS", backoff=False)
+        if reaction is Reaction.STALE:
+            self._enter(ChainPhase.IDLE, f"JoinGroup: stale {ErrorCode.describe(code)}")
+            self._join_retry_at = 0.0
             return None
-        if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        if reaction is Reaction.RETRY_NOW or reaction is Reaction.RETRY_BACKOFF:
             self._chain_retry(
-                now, "rebalance failed due to COORDINATOR_LOAD_IN_PROGRESS", backoff=True
+                now,
+                f"rebalance failed due to {ErrorCode(code).name}",
+                backoff=reaction is Reaction.RETRY_BACKOFF,
             )
             return None
-        if code in _RETRIABLE_COORDINATOR:
+        if reaction is Reaction.COORDINATOR_MOVED:
             self.mark_coordinator_unknown(f"JoinGroup: {ErrorCode.describe(code)}")
             self._chain_retry(now, f"rebalance failed due to {ErrorCode(code).name}", backoff=True)
             return None
-        # FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT,
-        # INVALID_GROUP_ID, GROUP_AUTHORIZATION_FAILED, GROUP_MAX_SIZE_REACHED,
-        # UNSUPPORTED_VERSION and anything unexpected: fatal (§4.2).
-        self._phase = None
-        self._abandon_join(f"JoinGroup failed with {ErrorCode.describe(code)}")
-        self._fatal_error(code, "JoinGroup")
-        return None
+        if reaction is Reaction.FATAL or reaction is Reaction.UNAUTHORIZED:
+            self._enter(ChainPhase.IDLE, "JoinGroup failed")
+            self._abandon_join(f"JoinGroup failed with {ErrorCode.describe(code)}")
+            self._fatal_error(code, "JoinGroup")
+            return None
+        unhandled(Api.JOIN_GROUP, code, reaction)
 
     def _abandon_join(self, reason: str) -> None:
         """After a fatal join/sync error: no longer joining; the next poll tries again."""
@@ -821,7 +844,7 @@ class MemberCore:
         sent when the JoinGroup answer arrived (earlier, so conservative)."""
         if now is not None:
             self.check_lease(now)
-        if self._phase != "assign":
+        if self.phase is not ChainPhase.ASSIGNING:
             return None
         return self._send_sync(
             tuple(sorted(assignments.items())), self._join_answered_at if now is None else now
@@ -831,15 +854,15 @@ class MemberCore:
         """A fatal failure inside the chain that is not a broker answer: the leader could
         not assign (unknown assignor, assignor bug; no SyncGroup is sent), or no API version
         in common. The error surfaces from the next poll."""
-        if self._phase not in ("join", "assign", "sync"):
+        if self.phase not in CHAIN_IN_FLIGHT:
             return
-        self._phase = None
+        self._enter(ChainPhase.IDLE, f"rebalance failed: {type(err).__name__}")
         self._abandon_join(f"rebalance failed: {type(err).__name__}")
         self.record_fatal(err)
 
     def _send_sync(self, assignments: tuple[tuple[str, bytes], ...], now: float) -> SendSyncGroup:
         cfg = self.config
-        self._phase = "sync"
+        self._enter(ChainPhase.SYNCING, "sync group sent")
         self._sync_sent_at = now
         request = SyncGroupRequest(
             group_id=cfg.group_id,
@@ -854,17 +877,18 @@ class MemberCore:
 
     def on_sync_response(self, resp: SyncGroupResponse, now: float) -> None:
         self.check_lease(now)
-        if self._phase != "sync":
+        if self.phase is not ChainPhase.SYNCING:
             return
         code = resp.error_code
         sent = self._chain_generation
-        if code == ErrorCode.NONE:
+        reaction = reaction_for(Api.SYNC_GROUP, code, sent=sent, current=self.generation)
+        if reaction is Reaction.OK:
             if not self._is_current(sent) or self.state is not MemberState.COMPLETING_REBALANCE:
                 # Reset by the heartbeat driver while SyncGroup was in flight (T7 guard).
                 self._chain_retry(now, "rebalance failed due to ILLEGAL_GENERATION", backoff=False)
                 return
             if resp.protocol_type is not None and resp.protocol_type != self.protocol_type:
-                self._phase = None
+                self._enter(ChainPhase.IDLE, "SyncGroup answered another protocol type")
                 self._fail_join_fatal(
                     InconsistentGroupProtocol,
                     f"SyncGroup answered protocol type {resp.protocol_type!r}, "
@@ -873,7 +897,7 @@ class MemberCore:
                 )
                 return
             if resp.protocol_name is not None and resp.protocol_name != sent.protocol_name:
-                self._phase = None
+                self._enter(ChainPhase.IDLE, "SyncGroup answered another protocol")
                 self._fail_join_fatal(
                     InconsistentGroupProtocol,
                     f"SyncGroup answered protocol {resp.protocol_name!r}, JoinGroup selected "
@@ -887,7 +911,7 @@ class MemberCore:
             self.lease.prove_no_rebalance(self._sync_sent_at)
             self.rejoin_needed = False
             self.rejoin_reason = ""
-            self._phase = "synced"
+            self._enter(ChainPhase.SYNCED, "synced")
             self._synced_assignment = resp.assignment
             self.rebalances += 1
             if self.rebalance_started_at is not None:
@@ -898,41 +922,45 @@ class MemberCore:
             self._signals.wake_heartbeat = True
             self._emit("member.synced", rebalance_ms=self.last_rebalance_ms)
             return
-        if code == ErrorCode.REBALANCE_IN_PROGRESS:
-            self._chain_retry(now, "rebalance failed due to REBALANCE_IN_PROGRESS", backoff=False)
+        if reaction is Reaction.RETRY_NOW or reaction is Reaction.RETRY_BACKOFF:
+            self._chain_retry(
+                now,
+                f"rebalance failed due to {ErrorCode(code).name}",
+                backoff=reaction is Reaction.RETRY_BACKOFF,
+            )
             return
-        if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
-            self._phase = None
-            if self._is_current(sent):
-                self.reset_generation(
-                    keep_member_id=code == ErrorCode.ILLEGAL_GENERATION,
-                    reason=f"SyncGroup: {ErrorCode(code).name}",
-                )
+        if reaction in (
+            Reaction.RESET_GENERATION,
+            Reaction.RESET_GENERATION_KEEP_ID,
+            Reaction.STALE,
+        ):
+            reason = f"SyncGroup: {ErrorCode(code).name}"
+            self._enter(ChainPhase.IDLE, reason)
+            if reaction is Reaction.STALE:
+                self.request_rejoin(reason)
             else:
-                self.request_rejoin(f"SyncGroup: {ErrorCode(code).name}")
+                self.reset_generation(
+                    keep_member_id=reaction is Reaction.RESET_GENERATION_KEEP_ID, reason=reason
+                )
             self._join_retry_at = 0.0
             return
-        if code in _RETRIABLE_COORDINATOR:
+        if reaction is Reaction.COORDINATOR_MOVED:
             self.mark_coordinator_unknown(f"SyncGroup: {ErrorCode.describe(code)}")
             self._chain_retry(now, f"rebalance failed due to {ErrorCode(code).name}", backoff=True)
             return
-        if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
-            # DEVIATION (spec §4.3, recommended): Java treats this as fatal; a freshly
-            # failed-over coordinator is worth a retry instead.
-            self._chain_retry(
-                now, "rebalance failed due to COORDINATOR_LOAD_IN_PROGRESS", backoff=True
-            )
+        if reaction is Reaction.FATAL or reaction is Reaction.UNAUTHORIZED:
+            self._enter(ChainPhase.IDLE, "SyncGroup failed")
+            self._abandon_join(f"SyncGroup failed with {ErrorCode.describe(code)}")
+            self._fatal_error(code, "SyncGroup")
             return
-        self._phase = None
-        self._abandon_join(f"SyncGroup failed with {ErrorCode.describe(code)}")
-        self._fatal_error(code, "SyncGroup")
+        unhandled(Api.SYNC_GROUP, code, reaction)
 
     def on_join_failed(self, now: float, reason: str) -> None:
         """The JoinGroup or SyncGroup request failed in transport (disconnect, timeout,
         unreachable coordinator): mark the coordinator unknown, back off, restart from
         JoinGroup with the same member id (T5)."""
         self.check_lease(now)
-        if self._phase not in ("join", "assign", "sync"):
+        if self.phase not in CHAIN_IN_FLIGHT:
             return
         self.mark_coordinator_unknown(reason)
         self._chain_retry(now, f"rebalance failed due to {reason}", backoff=True)
@@ -940,8 +968,8 @@ class MemberCore:
     def join_completed(self, now: float) -> None:
         """The completion step (assignment installed, callbacks run) is done."""
         self.check_lease(now)
-        if self._phase == "complete":
-            self._phase = None
+        if self.phase is ChainPhase.COMPLETING:
+            self._enter(ChainPhase.IDLE, "join completed")
             self.needs_join_prepare = True
             self._synced_assignment = b""
             # The installed assignment starts the lease: the heartbeat task must watch it.
@@ -949,8 +977,8 @@ class MemberCore:
 
     def abandon_chain(self) -> None:
         """The runtime dropped the in-flight chain (close): forget it."""
-        if self._phase in ("join", "assign", "sync"):
-            self._phase = None
+        if self.phase in CHAIN_IN_FLIGHT:
+            self._enter(ChainPhase.IDLE, "rebalance abandoned")
             self.request_rejoin("rebalance abandoned")
 
     # -- the heartbeat driver --------------------------------------------------------------------
@@ -1017,7 +1045,7 @@ class MemberCore:
         is held or about to be installed, or one was already sent for this proof."""
         if self._lease_expired_at is not None:
             return None
-        if not (self.holds_assignment() or self._phase in ("synced", "complete")):
+        if not (self.holds_assignment() or self.phase in CHAIN_SYNCED):
             return None
         deadline = self.lease.session_deadline(self._created_at)
         renew_at = deadline - self.config.heartbeat_interval_ms
@@ -1035,7 +1063,7 @@ class MemberCore:
 
     def _lease_renewed(self, now: float) -> None:
         """A completion waits for a proof (AwaitLeaseProof) and this one suffices."""
-        if self._awaiting_proof and self._lease_deadline() > now:
+        if self.phase is ChainPhase.AWAITING_PROOF and self._lease_deadline() > now:
             self._signals.wake_poll = True
             self._emit("member.lease_renewed", valid_until=self._lease_deadline())
 
@@ -1044,7 +1072,8 @@ class MemberCore:
         code = resp.error_code
         timers = self.timers
         proof = self._heartbeat_sent_at(sent)
-        if code == ErrorCode.NONE:
+        reaction = reaction_for(Api.HEARTBEAT, code, sent=sent, current=self.generation)
+        if reaction is Reaction.OK:
             timers.received(now)
             if proof is not None:
                 self.lease.prove_session(proof[0])
@@ -1053,33 +1082,33 @@ class MemberCore:
                 self._lease_renewed(now)
             self._emit("member.heartbeat_ok")
             return
-        if code == ErrorCode.REBALANCE_IN_PROGRESS:
+        if reaction is Reaction.REBALANCING or reaction is Reaction.IGNORE:
             # Counts as a successful heartbeat: the session stays alive until we rejoin.
             timers.received(now)
             if proof is not None:
                 self.lease.prove_session(proof[0])
                 self._lease_renewed(now)
-            if self.state is MemberState.STABLE and self._is_current(sent):
+            if reaction is Reaction.REBALANCING and self.state is MemberState.STABLE:
                 self.request_rejoin("group is already rebalancing")
             return
-        if code in (
-            ErrorCode.ILLEGAL_GENERATION,
-            ErrorCode.UNKNOWN_MEMBER_ID,
-            ErrorCode.FENCED_INSTANCE_ID,
+        if reaction is Reaction.STALE:
+            timers.received(now)  # a stale answer about an older generation: ignore
+            self._emit("member.heartbeat_stale_error", error=ErrorCode(code).name)
+            return
+        if reaction in (
+            Reaction.RESET_GENERATION,
+            Reaction.RESET_GENERATION_KEEP_ID,
+            Reaction.FENCED,
         ):
-            if not self._is_current(sent):
-                timers.received(now)  # a stale answer about an older generation: ignore
-                self._emit("member.heartbeat_stale_error", error=ErrorCode(code).name)
-                return
             timers.in_flight = False
             name = ErrorCode(code).name
             self._emit("member.heartbeat_failed", error=name)
             generation = self.generation
             self.reset_generation(
-                keep_member_id=code == ErrorCode.ILLEGAL_GENERATION,
+                keep_member_id=reaction is Reaction.RESET_GENERATION_KEEP_ID,
                 reason=f"encountered {name} from Heartbeat response",
             )
-            if code == ErrorCode.FENCED_INSTANCE_ID:
+            if reaction is Reaction.FENCED:
                 self.record_fatal(
                     FencedInstanceId(
                         f"another member joined with group_instance_id "
@@ -1091,12 +1120,18 @@ class MemberCore:
                     )
                 )
             return
+        if reaction not in (
+            Reaction.COORDINATOR_MOVED,
+            Reaction.UNAUTHORIZED,
+            Reaction.RETRY_BACKOFF,
+        ):
+            unhandled(Api.HEARTBEAT, code, reaction)
+        # A heartbeat failure: backoff (§5.3), then the reaction's own step.
         timers.failed(now)
         self._emit("member.heartbeat_failed", error=ErrorCode.describe(code))
-        if code in _RETRIABLE_COORDINATOR:
+        if reaction is Reaction.COORDINATOR_MOVED:
             self.mark_coordinator_unknown(f"Heartbeat: {ErrorCode.describe(code)}")
-        elif code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
-            # DEVIATION (spec §4.4, recommended): fatal at the next poll, not retried.
+        elif reaction is Reaction.UNAUTHORIZED:
             self._fatal_error(code, "Heartbeat")
 
     def on_heartbeat_failed(self, now: float, reason: str) -> None:
@@ -1133,8 +1168,8 @@ class MemberCore:
                 reason=_truncate(reason),
             )
         self._emit("member.leaving", reason=reason, send_leave_group=request is not None)
-        if self._phase in ("join", "assign", "sync"):
-            self._phase = None
+        if self.phase in CHAIN_IN_FLIGHT:
+            self._enter(ChainPhase.IDLE, reason)
         self.reset_generation(keep_member_id=False, reason=reason)
         self.heartbeat_enabled = False
         return request
