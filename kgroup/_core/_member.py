@@ -92,9 +92,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from .._config import GroupConfig
 from .._errors import (
     ErrorCode,
     FencedInstanceId,
@@ -117,6 +116,7 @@ from ._messages import (
     SyncGroupResponse,
 )
 from ._reactions import Api, Reaction, reaction_for, unhandled
+from ._settings import MemberSettings
 from ._signals import SignalFlags, Signals
 from ._state import (
     ALLOWED,
@@ -315,6 +315,12 @@ HeartbeatAction = (
 Observer = Callable[..., None]
 
 
+class HasMemberSettings(Protocol):
+    """A configuration that can produce the core's settings (``GroupConfig``)."""
+
+    def member_settings(self) -> MemberSettings: ...
+
+
 class MemberCore:
     """The membership state machine of one classic group member. See the module docstring.
 
@@ -339,7 +345,7 @@ class MemberCore:
 
     def __init__(
         self,
-        config: GroupConfig,
+        settings: MemberSettings | HasMemberSettings,
         *,
         protocol_type: str,
         protocols: Callable[[Generation], Sequence[tuple[str, bytes]]],
@@ -348,18 +354,20 @@ class MemberCore:
         uniform: Callable[[float, float], float] | None = None,
         holds_assignment: Callable[[], bool] | None = None,
     ) -> None:
-        self.config = config
+        if not isinstance(settings, MemberSettings):
+            settings = settings.member_settings()
+        self.settings = settings
         self.protocol_type = protocol_type
         self._protocols = protocols
         self._observer = observer
         self._backoff = ExponentialBackoff(
-            config.retry_backoff_ms, config.retry_backoff_max_ms, uniform=uniform
+            settings.retry_backoff_ms, settings.retry_backoff_max_ms, uniform=uniform
         )
         self.timers = HeartbeatTimers(
             now=now,
-            heartbeat_interval_ms=config.heartbeat_interval_ms,
-            session_timeout_ms=config.session_timeout_ms,
-            max_poll_interval_ms=config.max_poll_interval_ms,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            session_timeout_ms=settings.session_timeout_ms,
+            max_poll_interval_ms=settings.max_poll_interval_ms,
             backoff=self._backoff,
         )
         self.state = MemberState.UNJOINED
@@ -383,8 +391,8 @@ class MemberCore:
         self.rebalances = 0
         # The lease (module docstring).
         self.lease = Lease(
-            session_timeout_ms=config.session_timeout_ms,
-            rebalance_timeout_ms=config.max_poll_interval_ms,
+            session_timeout_ms=settings.session_timeout_ms,
+            rebalance_timeout_ms=settings.max_poll_interval_ms,
         )
         self._holds = holds_assignment
         self._installed = False  # default holds_assignment: CompleteJoin .. next PrepareJoin
@@ -413,7 +421,7 @@ class MemberCore:
         if self._observer is not None:
             self._observer(
                 event,
-                group=self.config.group_id,
+                group=self.settings.group_id,
                 member_id=self.generation.member_id,
                 generation=self.generation.generation_id,
                 **fields,
@@ -452,7 +460,7 @@ class MemberCore:
         err = error_for_code(
             code,
             api=api,
-            group_id=self.config.group_id,
+            group_id=self.settings.group_id,
             member_id=self.generation.member_id,
             generation_id=self.generation.generation_id,
             message=message,
@@ -575,7 +583,7 @@ class MemberCore:
     # -- coordinator discovery -------------------------------------------------------------------
 
     def find_coordinator_request(self) -> FindCoordinatorRequest:
-        return FindCoordinatorRequest(group_id=self.config.group_id)
+        return FindCoordinatorRequest(group_id=self.settings.group_id)
 
     def find_coordinator_retry_at(self) -> float:
         return self._find_retry_at
@@ -599,8 +607,8 @@ class MemberCore:
         elif reaction is Reaction.UNAUTHORIZED:
             self.record_fatal(
                 GroupAuthorizationFailed(
-                    f"not authorized to use group {self.config.group_id!r} (FindCoordinator)",
-                    group_id=self.config.group_id,
+                    f"not authorized to use group {self.settings.group_id!r} (FindCoordinator)",
+                    group_id=self.settings.group_id,
                     member_id=self.generation.member_id,
                     generation_id=self.generation.generation_id,
                     api="FindCoordinator",
@@ -666,7 +674,7 @@ class MemberCore:
                         self.timers.heartbeat.reset(now, 0)
                         self._signals.wake_heartbeat = True
                         self._emit("member.lease_proof_needed", deadline=self._lease_deadline())
-                    return AwaitLeaseProof(now + self.config.retry_backoff_ms)
+                    return AwaitLeaseProof(now + self.settings.retry_backoff_ms)
                 self._enter(ChainPhase.COMPLETING, "completion handed out")
                 self._installed = True
                 return CompleteJoin(self.generation, self._synced_assignment, self.is_leader)
@@ -689,7 +697,7 @@ class MemberCore:
         return self._send_join(now)
 
     def _send_join(self, now: float) -> SendJoinGroup:
-        cfg = self.config
+        cfg = self.settings
         protocols = tuple(self._protocols(self.generation))
         member_id = self.generation.member_id
         first = self._remember_join((member_id, protocols), now)
@@ -697,7 +705,7 @@ class MemberCore:
         request = JoinGroupRequest(
             group_id=cfg.group_id,
             session_timeout_ms=cfg.session_timeout_ms,
-            rebalance_timeout_ms=cfg.max_poll_interval_ms,
+            rebalance_timeout_ms=cfg.rebalance_timeout_ms,
             member_id=self.generation.member_id,
             group_instance_id=cfg.group_instance_id,
             protocol_type=self.protocol_type,
@@ -729,7 +737,7 @@ class MemberCore:
         """End the chain; restart from JoinGroup now (T6) or after retry_backoff (T5)."""
         self._enter(ChainPhase.IDLE, reason)
         self.request_rejoin(reason)
-        self._join_retry_at = now + self.config.retry_backoff_ms if backoff else 0.0
+        self._join_retry_at = now + self.settings.retry_backoff_ms if backoff else 0.0
 
     def on_join_response(self, resp: JoinGroupResponse, now: float) -> ChainAction:
         self.check_lease(now)
@@ -829,7 +837,7 @@ class MemberCore:
         self.record_fatal(
             cls(
                 message,
-                group_id=self.config.group_id,
+                group_id=self.settings.group_id,
                 member_id=self.generation.member_id,
                 generation_id=self.generation.generation_id,
                 api=api,
@@ -861,7 +869,7 @@ class MemberCore:
         self.record_fatal(err)
 
     def _send_sync(self, assignments: tuple[tuple[str, bytes], ...], now: float) -> SendSyncGroup:
-        cfg = self.config
+        cfg = self.settings
         self._enter(ChainPhase.SYNCING, "sync group sent")
         self._sync_sent_at = now
         request = SyncGroupRequest(
@@ -995,7 +1003,7 @@ class MemberCore:
         ):
             self.heartbeat_enabled = False
             return HeartbeatDisabled(self._lease_wake())
-        backoff = self.config.retry_backoff_ms
+        backoff = self.settings.retry_backoff_ms
         lease_wake = self._lease_wake()
         if self.coordinator is None:
             return HeartbeatFindCoordinator(
@@ -1012,7 +1020,7 @@ class MemberCore:
         if timers.poll.expired(now):
             self._emit(
                 "member.poll_timeout",
-                max_poll_interval_ms=self.config.max_poll_interval_ms,
+                max_poll_interval_ms=self.settings.max_poll_interval_ms,
             )
             leave = self.maybe_leave("consumer poll timeout has expired.", poll_timeout=True)
             return PollTimeoutLeave(leave)
@@ -1031,12 +1039,12 @@ class MemberCore:
         timers.sent(now)
         self._hb_sent = (now, self.generation, self.state is MemberState.STABLE)
         request = HeartbeatRequest(
-            group_id=self.config.group_id,
+            group_id=self.settings.group_id,
             generation_id=self.generation.generation_id,
             member_id=self.generation.member_id,
-            group_instance_id=self.config.group_instance_id,
+            group_instance_id=self.settings.group_instance_id,
         )
-        return SendHeartbeat(request, self.generation, self.config.request_timeout_ms)
+        return SendHeartbeat(request, self.generation, self.settings.request_timeout_ms)
 
     def _lease_renew_at(self) -> float | None:
         """When to send a heartbeat early because the lease's session proof runs out within
@@ -1048,7 +1056,7 @@ class MemberCore:
         if not (self.holds_assignment() or self.phase in CHAIN_SYNCED):
             return None
         deadline = self.lease.session_deadline(self._created_at)
-        renew_at = deadline - self.config.heartbeat_interval_ms
+        renew_at = deadline - self.settings.heartbeat_interval_ms
         if self._last_heartbeat_sent_at is not None and self._last_heartbeat_sent_at >= renew_at:
             return None
         return renew_at
@@ -1112,8 +1120,8 @@ class MemberCore:
                 self.record_fatal(
                     FencedInstanceId(
                         f"another member joined with group_instance_id "
-                        f"{self.config.group_instance_id!r}; this one is fenced",
-                        group_id=self.config.group_id,
+                        f"{self.settings.group_instance_id!r}; this one is fenced",
+                        group_id=self.settings.group_id,
                         member_id=generation.member_id,
                         generation_id=generation.generation_id,
                         api="Heartbeat",
@@ -1152,7 +1160,7 @@ class MemberCore:
         On ``poll_timeout`` only dynamic members leave, whatever the close setting (a
         static member only stops heartbeating, §8).
         """
-        cfg = self.config
+        cfg = self.settings
         leaves = not cfg.is_static if poll_timeout else cfg.leaves_on_close
         request = None
         if (

@@ -132,33 +132,33 @@ def commit_request(
     generation = core.generation
     if core.state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
         raise RebalanceInProgress(
-            f"group {core.config.group_id!r} is rebalancing: call poll() to complete the "
+            f"group {core.settings.group_id!r} is rebalancing: call poll() to complete the "
             "rebalance, then commit again"
         )
     if core.state is not MemberState.STABLE or generation.is_reset:
         raise CommitFailed(
-            f"cannot commit for group {core.config.group_id!r}: this member is not part of "
+            f"cannot commit for group {core.settings.group_id!r}: this member is not part of "
             "an active generation (its partitions may belong to another member now)"
         )
     return OffsetCommitRequest(
-        group_id=core.config.group_id,
+        group_id=core.settings.group_id,
         generation_id=generation.generation_id,
         member_id=generation.member_id,
-        group_instance_id=core.config.group_instance_id,
+        group_instance_id=core.settings.group_instance_id,
         partitions=parts,
     )
 
 
 def _commit_failed(core: MemberCore, why: str) -> CommitFailed:
     return CommitFailed(
-        f"offset commit for group {core.config.group_id!r} failed: {why}. The partitions may "
+        f"offset commit for group {core.settings.group_id!r} failed: {why}. The partitions may "
         "belong to another member now; do not assume these offsets were stored"
     )
 
 
 def _rebalancing(core: MemberCore, why: str) -> RebalanceInProgress:
     return RebalanceInProgress(
-        f"offset commit for group {core.config.group_id!r} failed: {why}; call poll() to "
+        f"offset commit for group {core.settings.group_id!r} failed: {why}; call poll() to "
         "complete the rebalance, then commit again"
     )
 
@@ -180,8 +180,8 @@ def on_commit_response(
     reaction = reaction_for(Api.OFFSET_COMMIT, code, sent=sent, current=core.generation)
     if reaction is Reaction.UNAUTHORIZED:
         error = GroupAuthorizationFailed(
-            f"not authorized to commit offsets for group {core.config.group_id!r}",
-            group_id=core.config.group_id,
+            f"not authorized to commit offsets for group {core.settings.group_id!r}",
+            group_id=core.settings.group_id,
             member_id=sent.member_id,
             generation_id=sent.generation_id,
             error_code=code,
@@ -199,9 +199,9 @@ def on_commit_response(
         return Retry(f"{name} for {where}", coordinator_lost=moved)
     if reaction is Reaction.FENCED:
         fenced = FencedInstanceId(
-            f"group instance id {core.config.group_instance_id!r} was fenced by another "
+            f"group instance id {core.settings.group_instance_id!r} was fenced by another "
             "member with the same id (OffsetCommit)",
-            group_id=core.config.group_id,
+            group_id=core.settings.group_id,
             member_id=sent.member_id,
             generation_id=sent.generation_id,
             error_code=code,
@@ -231,7 +231,7 @@ def on_commit_response(
     if reaction is Reaction.FAIL:
         return Fail(
             OffsetsError(
-                f"offset commit for group {core.config.group_id!r} rejected: {name} for {where}",
+                f"offset commit for group {core.settings.group_id!r} rejected: {name} for {where}",
                 api="OffsetCommit",
                 error_code=code,
             )
@@ -253,7 +253,7 @@ def fetch_request(core: MemberCore, partitions: Iterable[TopicPartition]) -> Off
         if not isinstance(tp, TopicPartition):
             raise TypeError(f"partitions must be TopicPartition values, got {tp!r}")
         wanted.append((tp.topic, tp.partition))
-    return OffsetFetchRequest(group_id=core.config.group_id, partitions=tuple(wanted))
+    return OffsetFetchRequest(group_id=core.settings.group_id, partitions=tuple(wanted))
 
 
 FetchVerdict = Done | Retry | Fail
@@ -264,7 +264,7 @@ def on_fetch_response(
 ) -> tuple[FetchVerdict, dict[TopicPartition, OffsetAndMetadata | None]]:
     """Judge an OffsetFetch answer (the table of §4.7); on success the committed offset of
     each partition, None where nothing is committed (offset -1)."""
-    group = core.config.group_id
+    group = core.settings.group_id
     code = response.error_code
     generation = core.generation  # OffsetFetch carries no Generation
     reaction = reaction_for(Api.OFFSET_FETCH, code, sent=generation, current=generation)
