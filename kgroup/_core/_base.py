@@ -230,6 +230,19 @@ class MemberBase:
         self._signals.drop_coordinator = True
         return True
 
+    # -- protocol decisions the runtime asks about ----------------------------------------------
+
+    def rebalance_pending(self) -> bool:
+        """True when the join driver has rebalance work to do: a rejoin was requested (the
+        heartbeat saw a rebalance, the lease ran out, ...) or the member is not STABLE."""
+        return self.rejoin_needed or self.state is not MemberState.STABLE
+
+    def close_releases_lost(self) -> bool:
+        """Whether close() releases the owned partitions as *lost* rather than revoked: the
+        Generation was reset or the member is not STABLE, so another member may own them
+        already and a commit for them would be rejected (§6.2)."""
+        return self.generation.is_reset or self.state is not MemberState.STABLE
+
     # -- leaving ---------------------------------------------------------------------------------
 
     def maybe_leave(self, reason: str, *, poll_timeout: bool = False) -> LeaveGroupRequest | None:

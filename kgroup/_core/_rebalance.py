@@ -378,6 +378,12 @@ class RebalanceChain(LeaseRules):
             # The installed assignment starts the lease: the heartbeat task must watch it.
             self._signals.wake_heartbeat = True
 
+    def on_invalid_assignment(self, now: float) -> None:
+        """The completion could not install the assignment (the embedding rejected its
+        bytes): the completion step is over, and the member rejoins."""
+        self.join_completed(now)
+        self.request_rejoin("invalid assignment")
+
     def abandon_chain(self) -> None:
         """The runtime dropped the in-flight chain (close): forget it."""
         if self.phase in CHAIN_IN_FLIGHT:

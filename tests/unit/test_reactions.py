@@ -259,3 +259,31 @@ def test_every_row_is_carried_out_by_its_handler(make_harness, api, code, stale)
         assert isinstance(verdict, Fail)
     if reaction is R.REBALANCING:
         assert core.rejoin_needed
+
+
+# -- protocol decisions the runtime asks the core about ------------------------------------------
+
+
+def test_rebalance_pending_and_close_release(make_harness) -> None:
+    h = make_harness()
+    assert h.core.rebalance_pending() and h.core.close_releases_lost()
+    h.stable("m-1", generation=1, owned=h.tps("t", 0))
+    assert not h.core.rebalance_pending() and not h.core.close_releases_lost()
+    h.core.request_rejoin("test")
+    assert h.core.rebalance_pending() and not h.core.close_releases_lost()
+    h.core.reset_generation(keep_member_id=True, reason="test")
+    assert h.core.rebalance_pending() and h.core.close_releases_lost()
+
+
+def test_invalid_assignment_ends_the_completion_and_rejoins(make_harness) -> None:
+    h = make_harness()
+    h.stable("m-1", generation=1, owned=h.tps("t", 0))
+    h.core.request_rejoin("test")
+    _rejoin(h)
+    _joined(h)
+    h.sync_response(assignment=b"\xff", protocol_type="consumer", protocol_name="range")
+    h.action()  # CompleteJoin
+    assert h.core.phase is ChainPhase.COMPLETING
+    h.core.on_invalid_assignment(h.now)
+    assert h.core.phase is ChainPhase.IDLE
+    assert h.core.rejoin_needed and h.core.rejoin_reason == "invalid assignment"
