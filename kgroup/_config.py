@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ._core._settings import MemberSettings
 from ._errors import ConfigError
 
 if TYPE_CHECKING:
@@ -282,6 +283,21 @@ class GroupConfig:
         if self.leave_group_on_close is None:
             return not self.is_static
         return self.leave_group_on_close
+
+    def member_settings(self) -> MemberSettings:
+        """The narrow settings value the membership core reads (no addresses, TLS or
+        credentials)."""
+        return MemberSettings(
+            group_id=self.group_id,
+            group_instance_id=self.group_instance_id,
+            session_timeout_ms=self.session_timeout_ms,
+            heartbeat_interval_ms=self.heartbeat_interval_ms,
+            max_poll_interval_ms=self.max_poll_interval_ms,
+            retry_backoff_ms=self.retry_backoff_ms,
+            retry_backoff_max_ms=self.retry_backoff_max_ms,
+            request_timeout_ms=self.request_timeout_ms,
+            leaves_on_close=self.leaves_on_close,
+        )
 
     @property
     def join_timeout_ms(self) -> int:

@@ -12,11 +12,12 @@ already PREPARING_REBALANCE (§9.2).
 
 Every answer is judged against the generation the request was *sent* under (§2.5): an
 error about a generation the member has already left cannot reset the one it is in now.
+The error codes and that rule are in the table of :mod:`kgroup._core._reactions`; this
+module only carries out the reactions.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ from ._messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
+from ._reactions import Api, Reaction, reaction_for, unhandled
 from ._state import Generation, MemberState
 
 __all__ = [
@@ -91,23 +93,6 @@ class Fail:
 Verdict = Done | Retry | Fail
 
 
-class _Kind(enum.Enum):
-    RETRY = "retry"
-    COORDINATOR = "coordinator"
-
-
-_COMMIT_RETRIABLE = {
-    ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: _Kind.RETRY,
-    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: _Kind.RETRY,
-    ErrorCode.COORDINATOR_NOT_AVAILABLE: _Kind.COORDINATOR,
-    ErrorCode.NOT_COORDINATOR: _Kind.COORDINATOR,
-    ErrorCode.REQUEST_TIMED_OUT: _Kind.COORDINATOR,
-}
-
-
-_RETRIABLE_CODES = frozenset(int(code) for code in _COMMIT_RETRIABLE)
-
-
 def _normalise(
     offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
 ) -> tuple[CommitPartition, ...]:
@@ -147,33 +132,33 @@ def commit_request(
     generation = core.generation
     if core.state in (MemberState.PREPARING_REBALANCE, MemberState.COMPLETING_REBALANCE):
         raise RebalanceInProgress(
-            f"group {core.config.group_id!r} is rebalancing: call poll() to complete the "
+            f"group {core.settings.group_id!r} is rebalancing: call poll() to complete the "
             "rebalance, then commit again"
         )
     if core.state is not MemberState.STABLE or generation.is_reset:
         raise CommitFailed(
-            f"cannot commit for group {core.config.group_id!r}: this member is not part of "
+            f"cannot commit for group {core.settings.group_id!r}: this member is not part of "
             "an active generation (its partitions may belong to another member now)"
         )
     return OffsetCommitRequest(
-        group_id=core.config.group_id,
+        group_id=core.settings.group_id,
         generation_id=generation.generation_id,
         member_id=generation.member_id,
-        group_instance_id=core.config.group_instance_id,
+        group_instance_id=core.settings.group_instance_id,
         partitions=parts,
     )
 
 
 def _commit_failed(core: MemberCore, why: str) -> CommitFailed:
     return CommitFailed(
-        f"offset commit for group {core.config.group_id!r} failed: {why}. The partitions may "
+        f"offset commit for group {core.settings.group_id!r} failed: {why}. The partitions may "
         "belong to another member now; do not assume these offsets were stored"
     )
 
 
 def _rebalancing(core: MemberCore, why: str) -> RebalanceInProgress:
     return RebalanceInProgress(
-        f"offset commit for group {core.config.group_id!r} failed: {why}; call poll() to "
+        f"offset commit for group {core.settings.group_id!r} failed: {why}; call poll() to "
         "complete the rebalance, then commit again"
     )
 
@@ -192,11 +177,11 @@ def on_commit_response(
         return Done()
     topic, partition, code = first
     where = f"{topic}-{partition}"
-    unchanged = sent == core.generation
-    if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+    reaction = reaction_for(Api.OFFSET_COMMIT, code, sent=sent, current=core.generation)
+    if reaction is Reaction.UNAUTHORIZED:
         error = GroupAuthorizationFailed(
-            f"not authorized to commit offsets for group {core.config.group_id!r}",
-            group_id=core.config.group_id,
+            f"not authorized to commit offsets for group {core.settings.group_id!r}",
+            group_id=core.settings.group_id,
             member_id=sent.member_id,
             generation_id=sent.generation_id,
             error_code=code,
@@ -206,50 +191,52 @@ def on_commit_response(
         return Fail(error)
     if unauthorized:
         return Fail(TopicAuthorizationFailed(unauthorized))
-    kind = _COMMIT_RETRIABLE.get(ErrorCode(code)) if code in _RETRIABLE_CODES else None
-    if kind is not None:
-        name = _name(code)
-        if kind is _Kind.COORDINATOR:
+    name = _name(code)
+    if reaction is Reaction.RETRY_BACKOFF or reaction is Reaction.COORDINATOR_MOVED:
+        moved = reaction is Reaction.COORDINATOR_MOVED
+        if moved:
             core.mark_coordinator_unknown(f"OffsetCommit answered {name}")
-        return Retry(f"{name} for {where}", coordinator_lost=kind is _Kind.COORDINATOR)
-    if code == ErrorCode.FENCED_INSTANCE_ID:
-        if unchanged:
-            fenced = FencedInstanceId(
-                f"group instance id {core.config.group_instance_id!r} was fenced by another "
-                "member with the same id (OffsetCommit)",
-                group_id=core.config.group_id,
-                member_id=sent.member_id,
-                generation_id=sent.generation_id,
-                error_code=code,
-                api="OffsetCommit",
-            )
-            core.record_fatal(fenced)
-            return Fail(fenced)
-        if core.state is MemberState.PREPARING_REBALANCE:
-            return Fail(_rebalancing(core, "FENCED_INSTANCE_ID for an earlier generation"))
-        return Fail(_commit_failed(core, "FENCED_INSTANCE_ID for an earlier generation"))
-    if code == ErrorCode.REBALANCE_IN_PROGRESS:
+        return Retry(f"{name} for {where}", coordinator_lost=moved)
+    if reaction is Reaction.FENCED:
+        fenced = FencedInstanceId(
+            f"group instance id {core.settings.group_instance_id!r} was fenced by another "
+            "member with the same id (OffsetCommit)",
+            group_id=core.settings.group_id,
+            member_id=sent.member_id,
+            generation_id=sent.generation_id,
+            error_code=code,
+            api="OffsetCommit",
+        )
+        core.record_fatal(fenced)
+        return Fail(fenced)
+    if reaction is Reaction.REBALANCING:
         core.request_rejoin("OffsetCommit answered REBALANCE_IN_PROGRESS")
         return Fail(_rebalancing(core, "the group is rebalancing"))
-    if code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION):
-        name = _name(code)
-        if not unchanged and core.state is MemberState.PREPARING_REBALANCE:
-            # F37: the member already moved on and is rejoining: the join in flight and
-            # the member id it uses are left alone.
-            return Fail(_rebalancing(core, f"{name} for generation {sent.generation_id}"))
-        if unchanged:
-            core.reset_generation(
-                keep_member_id=code == ErrorCode.ILLEGAL_GENERATION,
-                reason=f"OffsetCommit answered {name}",
-            )
-        return Fail(_commit_failed(core, f"{name} (generation {sent.generation_id})"))
-    return Fail(
-        OffsetsError(
-            f"offset commit for group {core.config.group_id!r} rejected: {_name(code)} for {where}",
-            api="OffsetCommit",
-            error_code=code,
+    if reaction is Reaction.RESET_GENERATION or reaction is Reaction.RESET_GENERATION_KEEP_ID:
+        core.reset_generation(
+            keep_member_id=reaction is Reaction.RESET_GENERATION_KEEP_ID,
+            reason=f"OffsetCommit answered {name}",
         )
-    )
+        return Fail(_commit_failed(core, f"{name} (generation {sent.generation_id})"))
+    if reaction is Reaction.STALE:
+        # The member already moved on. While it rejoins (F37), the join in flight and the
+        # member id it uses are left alone: RebalanceInProgress; otherwise CommitFailed.
+        rejoining = core.state is MemberState.PREPARING_REBALANCE
+        if code == ErrorCode.FENCED_INSTANCE_ID:
+            why = "FENCED_INSTANCE_ID for an earlier generation"
+            return Fail(_rebalancing(core, why) if rejoining else _commit_failed(core, why))
+        if rejoining:
+            return Fail(_rebalancing(core, f"{name} for generation {sent.generation_id}"))
+        return Fail(_commit_failed(core, f"{name} (generation {sent.generation_id})"))
+    if reaction is Reaction.FAIL:
+        return Fail(
+            OffsetsError(
+                f"offset commit for group {core.settings.group_id!r} rejected: {name} for {where}",
+                api="OffsetCommit",
+                error_code=code,
+            )
+        )
+    unhandled(Api.OFFSET_COMMIT, code, reaction)
 
 
 def on_commit_failed(core: MemberCore, reason: str, api: str = "OffsetCommit") -> Retry:
@@ -266,7 +253,7 @@ def fetch_request(core: MemberCore, partitions: Iterable[TopicPartition]) -> Off
         if not isinstance(tp, TopicPartition):
             raise TypeError(f"partitions must be TopicPartition values, got {tp!r}")
         wanted.append((tp.topic, tp.partition))
-    return OffsetFetchRequest(group_id=core.config.group_id, partitions=tuple(wanted))
+    return OffsetFetchRequest(group_id=core.settings.group_id, partitions=tuple(wanted))
 
 
 FetchVerdict = Done | Retry | Fail
@@ -277,14 +264,16 @@ def on_fetch_response(
 ) -> tuple[FetchVerdict, dict[TopicPartition, OffsetAndMetadata | None]]:
     """Judge an OffsetFetch answer (the table of §4.7); on success the committed offset of
     each partition, None where nothing is committed (offset -1)."""
-    group = core.config.group_id
+    group = core.settings.group_id
     code = response.error_code
-    if code:
+    generation = core.generation  # OffsetFetch carries no Generation
+    reaction = reaction_for(Api.OFFSET_FETCH, code, sent=generation, current=generation)
+    if reaction is not Reaction.OK:
         name = _name(code)
-        if code in (ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR):
+        if reaction is Reaction.COORDINATOR_MOVED:
             core.mark_coordinator_unknown(f"OffsetFetch answered {name}")
             return Retry(name, coordinator_lost=True), {}
-        if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+        if reaction is Reaction.UNAUTHORIZED:
             error = GroupAuthorizationFailed(
                 f"not authorized to fetch offsets of group {group!r}",
                 group_id=group,
@@ -293,24 +282,29 @@ def on_fetch_response(
             )
             core.record_fatal(error)
             return Fail(error), {}
-        if code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+        if reaction is Reaction.RETRY_BACKOFF:
             return Retry(name), {}
-        return Fail(
-            OffsetsError(
-                f"offset fetch for group {group!r} failed: {name}",
-                api="OffsetFetch",
-                error_code=code,
-            )
-        ), {}
+        if reaction is Reaction.FAIL:
+            return Fail(
+                OffsetsError(
+                    f"offset fetch for group {group!r} failed: {name}",
+                    api="OffsetFetch",
+                    error_code=code,
+                )
+            ), {}
+        unhandled(Api.OFFSET_FETCH, code, reaction)
     unauthorized = sorted({p.topic for p in response.partitions if p.error_code == 29})
     if unauthorized:
         return Fail(TopicAuthorizationFailed(unauthorized)), {}
     result: dict[TopicPartition, OffsetAndMetadata | None] = {}
     for p in response.partitions:
         tp = TopicPartition(p.topic, p.partition)
-        if p.error_code == ErrorCode.UNSTABLE_OFFSET_COMMIT:
-            return Retry(f"UNSTABLE_OFFSET_COMMIT for {tp}"), {}
-        if p.error_code:
+        reaction = reaction_for(
+            Api.OFFSET_FETCH_PARTITION, p.error_code, sent=generation, current=generation
+        )
+        if reaction is Reaction.RETRY_BACKOFF:
+            return Retry(f"{ErrorCode(p.error_code).name} for {tp}"), {}
+        if reaction is Reaction.FAIL:
             return Fail(
                 OffsetsError(
                     f"offset fetch for group {group!r} failed: {_name(p.error_code)} for {tp}",
@@ -318,6 +312,8 @@ def on_fetch_response(
                     error_code=p.error_code,
                 )
             ), {}
+        if reaction is not Reaction.OK:
+            unhandled(Api.OFFSET_FETCH_PARTITION, p.error_code, reaction)
         result[tp] = (
             None if p.offset < 0 else OffsetAndMetadata(p.offset, p.metadata or "", p.leader_epoch)
         )

@@ -155,7 +155,7 @@ class Lease:
     assignment while the coordinator may already have handed the partitions to another
     member. The coordinator can do that only after one of these (GroupMetadataManager):
 
-    - the member's session expired: no heartbeat, JoinGroup or SyncGroup refreshed it for
+    - the member's session expired: nothing restarted its session timer for
       ``session_timeout``;
     - a rebalance started and the member did not rejoin within the rebalance timeout (the
       group's is the maximum over its members, so never shorter than ours);
@@ -165,10 +165,13 @@ class Lease:
     Each bound is computed from the SEND time of a request whose successful answer proves
     something: the broker received the request after we sent it, so its own deadline is no
     earlier than ours. ``session_proof`` is the send time of the latest request whose answer
-    proves the broker refreshed the member's session (Heartbeat NONE or
-    REBALANCE_IN_PROGRESS, SyncGroup success); ``rebalance_proof`` the send time of the
-    latest one proving no rebalance had started when it arrived (Heartbeat NONE sent while
-    STABLE, SyncGroup success). Proofs only move forward.
+    proves the broker restarted the member's session timer after it was sent (Heartbeat
+    NONE or REBALANCE_IN_PROGRESS under the current Generation; JoinGroup NONE, counted
+    from the first JoinGroup sent with the same member id and metadata). A SyncGroup
+    answer proves nothing about the session: a STABLE group answers it without restarting
+    the timer. ``rebalance_proof`` is the send time of the latest request proving no
+    rebalance had started when it arrived (Heartbeat NONE sent while STABLE, SyncGroup
+    success). Proofs only move forward. The rules live in :mod:`kgroup._core._lease`.
     """
 
     __slots__ = ("rebalance_proof", "rebalance_timeout_ms", "session_proof", "session_timeout_ms")

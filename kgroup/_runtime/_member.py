@@ -145,7 +145,7 @@ class GroupMember:
         if core is None:
             return False
         with self._shared.lock:
-            return bool(core.rejoin_needed or core.state is not MemberState.STABLE)
+            return core.rebalance_pending()
 
     @property
     def is_leader(self) -> bool:
@@ -242,7 +242,7 @@ class GroupMember:
         shared.seam = LoopSeam(loop, thread)
         embedding = shared.embedding
         shared.core = MemberCore(
-            self._config,
+            self._config.member_settings(),
             protocol_type=embedding.protocol_type,
             protocols=embedding.metadata,
             now=shared.now(),
@@ -440,7 +440,7 @@ class GroupMember:
                 await seam.run_on_coordinator(self._rebalance.cancel_chain())
                 with shared.step() as core:
                     core.abandon_chain()
-                    lost = core.generation.is_reset or core.state is not MemberState.STABLE
+                    lost = core.close_releases_lost()
                 await self._rebalance.run_calls(shared.embedding.release(lost=lost), errors)
                 with shared.step() as core:
                     leave = core.maybe_leave("the consumer is being closed")

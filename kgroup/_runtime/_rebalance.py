@@ -291,8 +291,7 @@ class RebalanceDriver:
             completion = shared.embedding.complete(generation, data)
         except AssignmentError:
             with shared.step() as core:
-                core.join_completed(shared.now())
-                core.request_rejoin("invalid assignment")
+                core.on_invalid_assignment(shared.now())
             raise
         await self.run_calls(completion.calls, errors)
         with shared.step() as core:
