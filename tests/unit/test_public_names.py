@@ -1,0 +1,38 @@
+"""Users are never told to import a private module: the README and the examples use only
+kgroup's public names (``kgroup``, ``kgroup.testing``, ``kgroup.fastapi``)."""
+
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+import kgroup
+
+ROOT = pathlib.Path(__file__).parents[2]
+PRIVATE = re.compile(r"\bkgroup(?:\.[a-z_]+)*\._[a-z]\w*")
+USER_FACING = [ROOT / "README.md", *sorted((ROOT / "examples").glob("*.py"))]
+
+
+@pytest.mark.parametrize("path", USER_FACING, ids=lambda p: p.name)
+def test_no_private_module_in_user_facing_text(path: pathlib.Path) -> None:
+    text = path.read_text()
+    code = (
+        "\n".join(re.findall(r"```python\n(.*?)```", text, re.S)) if path.suffix == ".md" else text
+    )
+    assert PRIVATE.findall(code) == []
+
+
+def test_every_error_class_is_exported_and_in_the_tree() -> None:
+    errors = [
+        name
+        for name in kgroup.__all__
+        if isinstance(getattr(kgroup, name), type) and issubclass(getattr(kgroup, name), Exception)
+    ]
+    tree = kgroup.KGroupError.__module__
+    doc = __import__("kgroup._errors", fromlist=["_"]).__doc__ or ""
+    assert tree == "kgroup"
+    missing = [name for name in errors if name not in doc]
+    assert missing == []
+    assert {"InternalError", "OffsetsError", "AuthenticationFailed"} <= set(errors)
