@@ -99,9 +99,9 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
         "(kgroup)",
         "Your own `ssl.SSLContext`, instead of the `ssl_*` files.",
     ),
-    "ssl_cafile": ("ssl.truststore / ssl.cafile", "CA bundle that verifies the broker."),
-    "ssl_certfile": ("ssl.keystore / ssl.certfile", "Client certificate (mutual TLS)."),
-    "ssl_keyfile": ("ssl.keystore / ssl.keyfile", "The client certificate's private key."),
+    "ssl_cafile": ("ssl.cafile", "CA bundle (PEM) that verifies the broker."),
+    "ssl_certfile": ("ssl.certfile", "Client certificate (PEM), for mutual TLS."),
+    "ssl_keyfile": ("ssl.keyfile", "The client certificate's private key (PEM)."),
     "ssl_key_password": (
         "ssl.key.password",
         "Password of the private key. Never shown in `repr()`, logs or errors.",
@@ -110,9 +110,9 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
         "sasl.mechanism",
         "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.",
     ),
-    "sasl_username": ("sasl.jaas.config (username)", "SASL user."),
+    "sasl_username": ("sasl.username", "SASL user."),
     "sasl_password": (
-        "sasl.jaas.config (password)",
+        "sasl.password",
         "SASL password. Never shown in `repr()`, logs or errors.",
     ),
 }
@@ -263,7 +263,7 @@ def render_config() -> str:
     for f in fields:
         kafka, meaning = FIELD_DOCS.get(f.name, ("", ""))
         rows.append(
-            f"| `{f.name}` | `{_cell(_type_name(f.type))}` | {_cell(_default(f))} "
+            f"| `{f.name}` | `{_type_name(f.type)}` | {_default(f)} "
             f"| {_cell(kafka)} | {_cell(meaning)} |"
         )
     return "\n".join(rows)
