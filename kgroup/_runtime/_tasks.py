@@ -62,18 +62,20 @@ class TaskOwner:
     def __init__(self, group_id: str, on_failure: Callable[[InternalError], None]) -> None:
         self._group_id = group_id
         self._on_failure = on_failure
-        self._tasks: set[asyncio.Task[Any]] = set()
+        #: Insertion-ordered (a dict, not a set), so close() cancels in spawn order and a
+        #: run is reproducible on a virtual-time loop.
+        self._tasks: dict[asyncio.Task[Any], None] = {}
         #: Every failure of an owned task, in order (kept for close() and tests).
         self.failures: list[InternalError] = []
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=name)
-        self._tasks.add(task)
+        self._tasks[task] = None
         task.add_done_callback(self._done)
         return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         if task.cancelled():
             return
         exc = task.exception()  # retrieved here, always

@@ -48,6 +48,7 @@ Simplifications (the model's side of "where the model and Kafka might disagree")
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -78,6 +79,12 @@ __all__ = [
 E = ErrorCode
 JoinResponder = Callable[[JoinGroupResponse], None]
 SyncResponder = Callable[[SyncGroupResponse], None]
+
+
+@functools.lru_cache(maxsize=4096)
+def _partitions(assignment: bytes) -> frozenset[object]:
+    """The partitions of an encoded assignment (decoded once per distinct value)."""
+    return frozenset(Assignment.decode(assignment).partitions)
 
 
 class ModelError(AssertionError):
@@ -982,7 +989,7 @@ class ClassicGroupModel:
             for member in self.members.values():
                 if not member.assignment:
                     continue
-                for tp in Assignment.decode(member.assignment).partitions:
+                for tp in _partitions(member.assignment):
                     other = seen.setdefault(tp, member.member_id)
                     if other != member.member_id:
                         raise ModelError(
@@ -994,4 +1001,4 @@ class ClassicGroupModel:
         member = self.members.get(member_id)
         if member is None or not member.assignment:
             return frozenset()
-        return frozenset(Assignment.decode(member.assignment).partitions)
+        return _partitions(member.assignment)

@@ -1,67 +1,47 @@
 """The simulated world: virtual time, a seeded scheduler, a network, brokers and members.
 
 One schedule (:func:`run_schedule`) is a pure function of its seed: every random choice is
-drawn from one ``random.Random(seed)`` in event order, events with the same time run in the
-order they were scheduled, and nothing reads a real clock or iterates a hash-ordered set in
-a way that changes behaviour. ``run_schedule(seed, trace=True)`` returns the full event
-trace; two runs of one seed give the same trace byte for byte.
+drawn from one ``random.Random(seed)`` in event order (the members' retry jitter from the
+module ``random``, seeded with the same seed), events with the same time run in the order
+they were scheduled, and nothing reads a real clock or iterates a hash-ordered set in a way
+that changes behaviour. ``run_schedule(seed, trace=True)`` returns the full event trace;
+two runs of one seed give the same trace byte for byte.
 
 Pieces (FoundationDB-style simulation testing, kgroup-sized):
 
-- :class:`Scheduler`: a heap of (time, sequence) events on a virtual millisecond clock.
-- :class:`Future`, :class:`Event`, :class:`Task`: just enough of asyncio to write the member
-  drivers as generator coroutines that read like ``kgroup/_runtime/_member.py``.
+- :mod:`._sched`: a heap of (time, sequence) events on a virtual millisecond clock, and the
+  futures of simulated I/O.
 - :class:`Network` / :class:`Conn`: member-to-broker connections with latency, FIFO order per
-  direction (TCP), per-request timeouts that close the connection (as ``BrokerConnection``
-  does), drops, duplicates, long delays, cuts, and black holes. The broker reads one request
-  per connection at a time (Kafka mutes a channel until its response is sent), so a parked
-  JoinGroup or SyncGroup holds back the requests behind it.
+  direction (TCP), per-request timeouts that close the connection (as kgroup's
+  ``BrokerConnection`` does), drops, duplicates, long delays, cuts, and black holes. The
+  broker reads one request per connection at a time (Kafka mutes a channel until its
+  response is sent), so a parked JoinGroup or SyncGroup holds back the requests behind it.
 - :class:`Cluster`: brokers, the coordinator's placement and loading, the persisted group
   record, FindCoordinator answers, injected error codes, and the group model
   (``_model.ClassicGroupModel``).
-- :class:`Process`: one member process: a real :class:`MemberCore` and
-  :class:`ConsumerEmbedding` driven like ``GroupMember`` drives them (heartbeat task, poll
-  path with the join chain task, shared coordinator lookup), plus the lease wiring the
-  runtime is asked to add (``holds_assignment``, a timer at ``valid_until``). Processes can
-  be paused (nothing runs; events wait), crashed and restarted (a new core; same instance
-  id when static), or closed gracefully.
+- :class:`~._process.Process`: one member process: the real ``GroupMember`` on its own
+  virtual-time asyncio loop, reaching the brokers through kgroup's transport seam. Processes
+  can be paused, crashed and restarted (same instance id when static), or closed.
 - :class:`Ownership`: the holds of invariant 1 (see :func:`run_schedule`).
 """
 
 from __future__ import annotations
 
-import heapq
+import contextlib
+import logging
 import math
 import os
 import random
 from collections import Counter, deque
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from kgroup._config import GroupConfig
-from kgroup._core._consumer_protocol import TopicPartition
-from kgroup._core._embedding import ConsumerEmbedding, ListenerCall
-from kgroup._core._member import (
-    AwaitJoin,
-    AwaitLeaseProof,
-    CompleteJoin,
-    ComputeAssignment,
-    FindCoordinator,
-    HeartbeatDisabled,
-    HeartbeatFindCoordinator,
-    HeartbeatWait,
-    Idle,
-    MemberCore,
-    PollTimeoutLeave,
-    PrepareJoin,
-    RaiseFatal,
-    SendHeartbeat,
-    SendJoinGroup,
-    SendSyncGroup,
-    Sleep,
-)
-from kgroup._core._messages import (
+import structlog
+
+from kgroup import MemberState, TopicPartition
+from kgroup._errors import ErrorCode
+from kgroup.testing.messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     HeartbeatRequest,
@@ -73,175 +53,24 @@ from kgroup._core._messages import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from kgroup._core._state import Coordinator, MemberState
-from kgroup._errors import ErrorCode, FencedInstanceId, KGroupError
 
 from ._model import BrokerConfig, ClassicGroupModel, GroupRecord, GroupState, ModelError, Timers
+from ._process import GROUP, Process
+from ._sched import Failure, Future, Handle, Scheduler
 
 __all__ = ["Params", "Result", "SimulationFailure", "draw_params", "run_schedule"]
 
 E = ErrorCode
-GROUP = "sim-group"
 INF = math.inf
-
-Gen = Generator["Future", Any, Any]
 
 
 class SimulationFailure(AssertionError):
-    """An invariant broke. ``kind`` is one of: ownership, stability, exception, model."""
+    """An invariant broke. ``kind`` is one of: ownership, stability, exception, model,
+    livelock, simulator."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"[{kind}] {message}")
         self.kind = kind
-
-
-# ---------------------------------------------------------------------------------------------
-# Scheduler and coroutine plumbing
-# ---------------------------------------------------------------------------------------------
-
-
-class Handle:
-    __slots__ = ("args", "cancelled", "fn")
-
-    def __init__(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
-        self.fn = fn
-        self.args = args
-        self.cancelled = False
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class Scheduler:
-    """Virtual time in milliseconds; events at equal times run in scheduling order."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self._heap: list[tuple[float, int, Handle]] = []
-        self._seq = 0
-        self.events = 0
-
-    def at(self, when: float, fn: Callable[..., None], *args: Any) -> Handle:
-        handle = Handle(fn, args)
-        self._seq += 1
-        heapq.heappush(self._heap, (max(when, self.now), self._seq, handle))
-        return handle
-
-    def run_until(self, end: float) -> None:
-        heap = self._heap
-        while heap and heap[0][0] <= end:
-            when, _, handle = heapq.heappop(heap)
-            if handle.cancelled:
-                continue
-            self.now = when
-            self.events += 1
-            handle.fn(*handle.args)
-        self.now = max(self.now, end)
-
-
-class Future:
-    __slots__ = ("_callbacks", "done", "value")
-
-    def __init__(self) -> None:
-        self.done = False
-        self.value: Any = None
-        self._callbacks: list[Callable[[Any], None]] | None = None
-
-    def set(self, value: Any = None) -> None:
-        if self.done:
-            return
-        self.done = True
-        self.value = value
-        callbacks, self._callbacks = self._callbacks, None
-        if callbacks:
-            for callback in callbacks:
-                callback(value)
-
-    def on_done(self, callback: Callable[[Any], None]) -> None:
-        if self.done:
-            callback(self.value)
-        elif self._callbacks is None:
-            self._callbacks = [callback]
-        else:
-            self._callbacks.append(callback)
-
-
-def done_future(value: Any = None) -> Future:
-    fut = Future()
-    fut.set(value)
-    return fut
-
-
-class Event:
-    """asyncio.Event: ``wait()`` is a Future resolved by the next ``set()``."""
-
-    __slots__ = ("_waiters", "flag")
-
-    def __init__(self) -> None:
-        self.flag = False
-        self._waiters: list[Future] = []
-
-    def set(self) -> None:
-        self.flag = True
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            waiter.set(True)
-
-    def clear(self) -> None:
-        self.flag = False
-
-    def wait(self) -> Future:
-        if self.flag:
-            return done_future(True)
-        fut = Future()
-        self._waiters.append(fut)
-        return fut
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """A transport failure (what the runtime sees as CoordinatorError)."""
-
-    reason: str
-
-
-class Task:
-    """Runs a generator that yields Futures; resumed through its process (pauses apply)."""
-
-    __slots__ = ("done", "finished", "gen", "name", "proc")
-
-    def __init__(self, proc: Process, gen: Gen, name: str) -> None:
-        self.proc = proc
-        self.gen = gen
-        self.name = name
-        self.done = Future()
-        self.finished = False
-        proc.soon(self._step, None)
-
-    def _step(self, value: Any) -> None:
-        if self.finished:
-            return
-        try:
-            awaited = self.gen.send(value)
-        except StopIteration as stop:
-            self.finished = True
-            self.done.set(stop.value)
-            return
-        except Exception as exc:  # invariant 3: nothing escapes a member
-            self.finished = True
-            self.done.set(None)
-            self.proc.world.escaped(self.proc, self.name, exc)
-            return
-        awaited.on_done(self._wake)
-
-    def _wake(self, value: Any) -> None:
-        self.proc.soon(self._step, value)
-
-    def cancel(self) -> None:
-        if not self.finished:
-            self.finished = True
-            self.gen.close()
-            self.done.set(None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -918,492 +747,6 @@ class Network:
 # ---------------------------------------------------------------------------------------------
 
 
-class Process:
-    """One incarnation of a member slot, driven like ``GroupMember`` drives its core."""
-
-    def __init__(self, world: World, slot: str, incarnation: int, instance_id: str | None) -> None:
-        self.world = world
-        self.slot = slot
-        self.holder = f"{slot}#{incarnation}"
-        self.instance_id = instance_id
-        params = world.params
-        self.config = GroupConfig(
-            bootstrap_servers="b0:9092",
-            group_id=GROUP,
-            topics=tuple(t for t, _ in params.topics),
-            assignors=(params.assignor,),
-            group_instance_id=instance_id,
-            session_timeout_ms=params.session_ms,
-            heartbeat_interval_ms=params.heartbeat_ms,
-            max_poll_interval_ms=params.max_poll_ms,
-            request_timeout_ms=params.request_timeout_ms,
-            client_id=slot,
-        )
-        self.embedding = ConsumerEmbedding(self.config.topics, self.config.assignors)
-        self.alive = True
-        self.open = True
-        self.closing = False
-        self.conns: list[Conn] = []
-        self._deferred: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
-        self._resume_at: float | None = None
-        self.paused_until = 0.0
-        self.blackholed_until = 0.0
-        self.slow_polls = 0
-        self.hb_wake = Event()
-        self.poll_wake = Event()
-        self.chain: Task | None = None
-        self.lookup: Task | None = None
-        self.tasks: list[Task] = []
-        self.coord_conn: Conn | None = None
-        self.coord_for: Coordinator | None = None
-        self._connecting: Future | None = None
-        self._lease_timer: Handle | None = None
-        self._lease_at = INF
-        self.completed_generation = -1
-        self.revoking = 0
-        self.observed_valid_until: float | None = None
-        self.core = MemberCore(
-            self.config,
-            protocol_type=self.embedding.protocol_type,
-            protocols=self.embedding.metadata,
-            now=world.now,
-            observer=self._on_core_event,
-            uniform=world.rng.uniform,
-            # What the runtime must pass: partitions are held while owned, and also while an
-            # on_partitions_revoked callback runs (the embedding already dropped them).
-            holds_assignment=lambda: bool(self.embedding.owned) or self.revoking > 0,
-        )
-        world.log(self.holder, f"start (instance {instance_id})")
-        self.spawn(self._heartbeat_loop(), "heartbeat")
-        self.app = self.spawn(self._app_loop(), "app")
-
-    # -- plumbing ----------------------------------------------------------------------------------
-
-    @property
-    def now(self) -> float:
-        return self.world.now
-
-    def spawn(self, gen: Gen, name: str) -> Task:
-        task = Task(self, gen, name)
-        self.tasks.append(task)
-        if len(self.tasks) > 16:
-            self.tasks = [t for t in self.tasks if not t.finished]
-        return task
-
-    def call_at(self, when: float, fn: Callable[..., None], *args: Any) -> Handle:
-        return self.world.sched.at(when, self._run, fn, args)
-
-    def soon(self, fn: Callable[..., None], *args: Any) -> None:
-        self.world.sched.at(self.world.now, self._run, fn, args)
-
-    def _run(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
-        if not self.alive:
-            return
-        if self.paused_until > self.world.now:
-            # A paused process runs nothing; what came due waits, in order, until it resumes.
-            self._deferred.append((fn, args))
-            if self._resume_at is None:
-                self._resume_at = self.paused_until
-                self.world.sched.at(self.paused_until, self._resume)
-            return
-        try:
-            fn(*args)
-            self._arm_lease_timer()
-        except Exception as exc:
-            self.world.escaped(self, getattr(fn, "__name__", "callback"), exc)
-
-    def _resume(self) -> None:
-        self._resume_at = None
-        if not self.alive:
-            return
-        if self.paused_until > self.world.now:
-            self._resume_at = self.paused_until
-            self.world.sched.at(self.paused_until, self._resume)
-            return
-        deferred, self._deferred = self._deferred, []
-        for fn, args in deferred:
-            self._run(fn, args)
-
-    def unpause(self) -> None:
-        if self.paused_until > self.world.now:
-            self.paused_until = self.world.now
-            self.world.sched.at(self.world.now, self._resume)
-
-    def sleep_until(self, when: float) -> Future:
-        fut = Future()
-        self.world.sched.at(when, fut.set, None)
-        return fut
-
-    def wait(self, fut: Future, until: float | None) -> Future:
-        """``fut`` or the deadline ``until`` (ms), whichever comes first."""
-        if until is None or fut.done:
-            return fut
-        out = Future()
-        handle = self.world.sched.at(until, out.set, None)
-
-        def done(value: Any) -> None:
-            handle.cancel()
-            out.set(value)
-
-        fut.on_done(done)
-        return out
-
-    def _apply_lapsed_lease(self) -> None:
-        """Checker side: a hold ends at the lease deadline even if the member has not
-        noticed yet (paused, busy in a callback). ``valid_until`` as of the end of the
-        previous step is the deadline now (it only changes inside core calls)."""
-        until = self.observed_valid_until
-        if until is not None and until < self.world.now:
-            self.world.ownership.lease_expired(self.holder, until)
-
-    def _arm_lease_timer(self) -> None:
-        """The runtime's lease timer: ask the core again at ``valid_until`` (a heartbeat in
-        flight keeps the heartbeat task from waking there itself)."""
-        until = self.observed_valid_until = self.core.valid_until
-        if until is None or until <= self.world.now:
-            return
-        if until != self._lease_at:
-            if self._lease_timer is not None:
-                self._lease_timer.cancel()
-            self._lease_at = until
-            self._lease_timer = self.call_at(until, self._lease_check)
-
-    def _lease_check(self) -> None:
-        self._lease_timer = None
-        self._lease_at = INF
-        self.core.check_lease(self.world.now)
-
-    def _on_core_event(self, event: str, **fields: Any) -> None:
-        world = self.world
-        if world.tracing:
-            detail = " ".join(f"{k}={v}" for k, v in fields.items() if k not in ("group",))
-            world.log(self.holder, f"{event} {detail}")
-        if event in (
-            "member.rejoin_requested",
-            "member.fatal_error",
-            "member.state_changed",
-            "member.lease_expired",
-            "member.lease_renewed",
-        ):
-            self.poll_wake.set()
-        if event == "member.coordinator_lost":
-            self._drop_coordinator_connection()
-        elif event == "member.lease_expired":
-            world.count_event("lease_expired")
-            world.ownership.lease_expired(self.holder, fields["deadline"])
-
-    # -- connections ---------------------------------------------------------------------------
-
-    def _drop_coordinator_connection(self) -> None:
-        conn, self.coord_conn, self.coord_for = self.coord_conn, None, None
-        if conn is not None:
-            self.world.net.close(conn, "coordinator connection dropped")
-
-    def _coordinator_connection(self) -> Gen:
-        core = self.core
-        while True:
-            if not self.open:
-                return Failure("member is closed")
-            coord = core.coordinator
-            if coord is None:
-                return Failure("coordinator unknown")
-            conn = self.coord_conn
-            if conn is not None and self.coord_for is coord and conn.open:
-                return conn
-            if self._connecting is not None:
-                yield self._connecting
-                continue
-            if conn is not None:
-                self._drop_coordinator_connection()
-            fut = self.world.net.connect(self, coord.node_id, self.config.request_timeout_ms)
-            self._connecting = fut
-            fut.on_done(self._connect_done)
-            result = yield fut
-            if isinstance(result, Failure):
-                if core.coordinator is coord:
-                    core.on_coordinator_unreachable(self.now, result.reason)
-                return result
-            if core.coordinator is not coord or not self.open:
-                self.world.net.close(result, "coordinator changed while connecting")
-                return Failure("coordinator changed while connecting")
-            self.coord_conn, self.coord_for = result, coord
-            return result
-
-    def _connect_done(self, _: Any) -> None:
-        self._connecting = None
-
-    def ensure_lookup(self) -> Task:
-        if self.lookup is None or self.lookup.finished:
-            self.lookup = self.spawn(self._lookup_once(), "lookup")
-        return self.lookup
-
-    def _lookup_once(self) -> Gen:
-        core = self.core
-        resp = yield self.world.net.find_coordinator(self, self.config.request_timeout_ms)
-        if isinstance(resp, Failure):
-            core.on_find_coordinator_failed(self.now, resp.reason)
-            return None
-        core.on_find_coordinator_response(resp, self.now)
-        if core.coordinator is not None:
-            self.hb_wake.set()
-        return None
-
-    # -- the heartbeat task ------------------------------------------------------------------------
-
-    def _heartbeat_loop(self) -> Gen:
-        core = self.core
-        while self.open and not self.closing:
-            self.hb_wake.clear()
-            action = core.heartbeat_action(self.now)
-            kind = type(action)
-            if kind is HeartbeatWait or kind is HeartbeatDisabled:
-                yield self.wait(self.hb_wake.wait(), action.until)  # type: ignore[union-attr]
-            elif kind is HeartbeatFindCoordinator:
-                if self.now >= core.find_coordinator_retry_at():
-                    self.ensure_lookup()
-                yield self.wait(self.hb_wake.wait(), action.until)  # type: ignore[union-attr]
-            elif kind is SendHeartbeat:
-                yield from self._send_heartbeat(action)  # type: ignore[arg-type]
-            elif kind is PollTimeoutLeave:
-                self.world.log(self.holder, "poll timeout: left the group")
-                if action.leave is not None:  # type: ignore[union-attr]
-                    yield from self._send_leave(action.leave)  # type: ignore[union-attr]
-            else:
-                raise AssertionError(f"unknown heartbeat action {action!r}")
-        return None
-
-    def _send_heartbeat(self, action: SendHeartbeat) -> Gen:
-        core = self.core
-        conn = yield from self._coordinator_connection()
-        if isinstance(conn, Failure):
-            core.on_heartbeat_failed(self.now, conn.reason)
-            return None
-        resp = yield self.world.net.request(conn, action.request, action.timeout_ms)
-        if isinstance(resp, Failure):
-            core.on_heartbeat_failed(self.now, resp.reason)
-            return None
-        core.on_heartbeat_response(action.generation, resp, self.now)
-        return None
-
-    def _send_leave(self, leave: LeaveGroupRequest) -> Gen:
-        conn = yield from self._coordinator_connection()
-        if isinstance(conn, Failure):
-            return None
-        resp = yield self.world.net.request(conn, leave, self.config.request_timeout_ms)
-        self.world.log(self.holder, f"LeaveGroup answered {resp!r}")
-        return None
-
-    # -- the join chain --------------------------------------------------------------------------
-
-    def _run_chain(self, action: SendJoinGroup) -> Gen:
-        core = self.core
-        conn = yield from self._coordinator_connection()
-        if isinstance(conn, Failure):
-            core.on_join_failed(self.now, conn.reason)
-            return None
-        join = yield self.world.net.request(conn, action.request, action.timeout_ms)
-        if isinstance(join, Failure):
-            core.on_join_failed(self.now, join.reason)
-            return None
-        step = core.on_join_response(join, self.now)
-        if core.heartbeat_enabled:
-            self.hb_wake.set()
-        if isinstance(step, ComputeAssignment):
-            try:
-                topics = self.embedding.metadata_topics(step.members)
-                counts = {t: n for t, n in self.world.params.topics if t in topics}
-                assignments = self.embedding.assign(step.protocol_name, step.members, counts)
-            except KGroupError as exc:
-                core.chain_failed_fatal(exc)
-                return None
-            step = core.assignment_computed(assignments, self.now)
-        if isinstance(step, SendSyncGroup):
-            conn = yield from self._coordinator_connection()
-            if isinstance(conn, Failure):
-                core.on_join_failed(self.now, conn.reason)
-                return None
-            sync = yield self.world.net.request(conn, step.request, step.timeout_ms)
-            if isinstance(sync, Failure):
-                core.on_join_failed(self.now, sync.reason)
-                return None
-            core.on_sync_response(sync, self.now)
-        return None
-
-    # -- poll ------------------------------------------------------------------------------------
-
-    def _run_calls(self, calls: Iterable[ListenerCall]) -> Gen:
-        world = self.world
-        for call in calls:
-            parts = call.partitions
-            duration = world.callback_duration()
-            generation = self.core.generation.generation_id
-            if world.tracing:
-                world.log(self.holder, f"{call.callback} {sorted(str(tp) for tp in parts)}")
-            if call.callback == "on_partitions_assigned":
-                world.ownership.assigned(self.holder, parts, generation, self.now)
-                if duration:
-                    yield self.sleep_until(self.now + duration)
-            elif call.callback == "on_partitions_revoked":
-                self.revoking += 1
-                try:
-                    if duration:
-                        yield self.sleep_until(self.now + duration)
-                finally:  # also when the callback is interrupted (the app closes)
-                    self.revoking -= 1
-                    self._apply_lapsed_lease()
-                    world.ownership.end(self.holder, parts, self.now, "revoked")
-            else:
-                self._apply_lapsed_lease()
-                world.ownership.end(self.holder, parts, self.now, "lost")
-                if duration:
-                    yield self.sleep_until(self.now + duration)
-
-    def poll(self, timeout_ms: float) -> Gen:
-        """``GroupMember.poll``. Returns None, or the fatal error it raised."""
-        core = self.core
-        if core.poll(self.now):
-            self.hb_wake.set()
-        deadline = self.now + timeout_ms
-        completed = False
-        while self.open:
-            self.poll_wake.clear()
-            action = core.next_join_action(self.now)
-            kind = type(action)
-            if kind is Idle:
-                if completed:
-                    break
-                if not (yield from self._wait_in_poll(deadline)):
-                    break
-            elif kind is RaiseFatal:
-                self.hb_wake.set()
-                return action.error  # type: ignore[union-attr]
-            elif kind is FindCoordinator:
-                yield self.wait(self.ensure_lookup().done, deadline)
-            elif kind is AwaitLeaseProof:
-                # The runtime's wiring: wake the heartbeat task; ask again when the core
-                # says member.lease_renewed (poll_wake), at the latest at ``until``.
-                self.hb_wake.set()
-                yield self.wait(self.poll_wake.wait(), min(action.until, deadline))  # type: ignore[union-attr]
-            elif kind is Sleep:
-                yield self.sleep_until(min(action.until, deadline))  # type: ignore[union-attr]
-            elif kind is PrepareJoin:
-                yield from self._run_calls(self.embedding.prepare(lost=action.lost))  # type: ignore[union-attr]
-            elif kind is SendJoinGroup:
-                self.chain = self.spawn(self._run_chain(action), "chain")  # type: ignore[arg-type]
-                yield self.wait(self.chain.done, deadline)
-            elif kind is AwaitJoin:
-                if self.chain is None or self.chain.finished:
-                    core.abandon_chain()
-                else:
-                    yield self.wait(self.chain.done, deadline)
-            elif kind is CompleteJoin:
-                yield from self._complete(action)  # type: ignore[arg-type]
-                completed = True
-            else:
-                raise AssertionError(f"unknown join action {action!r}")
-            if self.now >= deadline:
-                break
-        return None
-
-    def _wait_in_poll(self, deadline: float) -> Gen:
-        now = self.now
-        if now >= deadline:
-            return False
-        until = min(deadline, now + self.config.max_poll_interval_ms / 2)
-        yield self.wait(self.poll_wake.wait(), until)
-        if self.core.poll(self.now):
-            self.hb_wake.set()
-        return True
-
-    def _complete(self, action: CompleteJoin) -> Gen:
-        core = self.core
-        completion = self.embedding.complete(action.generation, action.assignment)
-        yield from self._run_calls(completion.calls)
-        if completion.rejoin_reason:
-            core.request_rejoin(completion.rejoin_reason)
-        core.join_completed(self.now)
-        self.completed_generation = action.generation.generation_id
-        self.world.log(
-            self.holder,
-            f"stable in generation {action.generation.generation_id}: "
-            f"{sorted(str(tp) for tp in self.embedding.owned)}",
-        )
-
-    def _app_loop(self) -> Gen:
-        world = self.world
-        while self.open:
-            fatal = yield from self.poll(world.rng.uniform(0, self.config.heartbeat_interval_ms))
-            if isinstance(fatal, FencedInstanceId) and self.instance_id is not None:
-                # Documented fatal. Two live processes never share an instance id here, so
-                # it is (a) this slot's own older JoinGroup (of this or a dead incarnation)
-                # reaching the broker late, or (b) a coordinator reload: a replacement made
-                # while the group was rebalancing is not persisted, so the reloaded group
-                # maps the instance id to an older member id (seed 1379). Java fails the
-                # same way. The app restarts the member.
-                world.count_event("fenced_single_process")
-                world.log(self.holder, f"fatal {fatal!r}: the application restarts")
-                world.sched.at(world.now, world.restart_fenced, self)
-                return None
-            if fatal is not None:
-                raise fatal
-            if self.slow_polls > 0:
-                self.slow_polls -= 1
-                work = self.config.max_poll_interval_ms * world.rng.uniform(1.0, 1.5)
-            else:
-                work = world.rng.uniform(0, self.config.heartbeat_interval_ms)
-            yield self.sleep_until(self.now + work)
-
-    # -- ends ----------------------------------------------------------------------------------
-
-    def crash(self) -> None:
-        """The process dies: no callback, no LeaveGroup. Its holds end now, or at its lease
-        deadline if that passed first (it can no longer notice)."""
-        world = self.world
-        valid_until = self.core.valid_until
-        if valid_until is not None and valid_until < world.now:
-            world.ownership.lease_expired(self.holder, valid_until)
-        world.ownership.end_all(self.holder, world.now, "died")
-        self._shutdown()
-        world.log(self.holder, "crashed")
-
-    def _shutdown(self) -> None:
-        self.open = False
-        self.alive = False
-        for task in self.tasks:
-            task.cancel()
-        for conn in self.conns:
-            self.world.net.close(conn, "process exited")
-        self.conns = []
-        if self._lease_timer is not None:
-            self._lease_timer.cancel()
-
-    def close(self) -> Gen:
-        """``GroupMember.close``: release (revoked, or lost if the generation is gone),
-        LeaveGroup for dynamic members, stop. Bounded by min(close, request) timeout."""
-        world = self.world
-        core = self.core
-        core.check_lease(self.now)  # the runtime's close() asks first, as every entry does
-        self._apply_lapsed_lease()
-        self.closing = True
-        self.hb_wake.set()
-        self.app.cancel()
-        if self.chain is not None and not self.chain.finished:
-            self.chain.cancel()
-        core.abandon_chain()
-        lost = core.generation.is_reset or core.state is not MemberState.STABLE
-        yield from self._run_calls(self.embedding.release(lost=lost))
-        leave = core.maybe_leave("the consumer is being closed")
-        if leave is not None:
-            budget = min(self.config.close_timeout_ms, self.config.request_timeout_ms)
-            sender = Task(self, self._send_leave(leave), "leave")
-            yield self.wait(sender.done, self.now + budget)
-        self._apply_lapsed_lease()
-        world.ownership.end_all(self.holder, world.now, "closed")
-        world.log(self.holder, "closed")
-        self._shutdown()
-        return None
-
-
 # ---------------------------------------------------------------------------------------------
 # The world
 # ---------------------------------------------------------------------------------------------
@@ -1528,8 +871,9 @@ def _fault(world: World, kind: str) -> None:
     if kind == "cut":
         proc = rng.choice(live)
         world.log("fault", f"cut {proc.holder}'s coordinator connection")
-        if proc.coord_conn is not None:
-            world.net.close(proc.coord_conn, "connection reset by peer")
+        conn = proc.coordinator_conn()
+        if conn is not None:
+            world.net.close(conn, "connection reset by peer")
     elif kind == "blackhole":
         proc = rng.choice(live)
         duration = rng.uniform(0.2, 2.5) * S
@@ -1554,7 +898,6 @@ def _fault(world: World, kind: str) -> None:
         proc = rng.choice(live)
         slot = proc.slot
         world.log("fault", f"{proc.holder} closes")
-        closer = Task(proc, proc.close(), "close")
 
         def gone(_: Any, slot: str = slot, proc: Process = proc) -> None:
             if world.slots.get(slot) is proc:
@@ -1562,7 +905,7 @@ def _fault(world: World, kind: str) -> None:
                 delay = rng.uniform(0, 2 * S) if world.faulty else 0.0
                 world.sched.at(world.now + delay, _restart, world, slot)
 
-        closer.done.on_done(gone)
+        proc.close().on_done(gone)
     elif kind == "coordinator_move":
         world.cluster.move_coordinator(rng.uniform(0, S), crash_old=False, down_ms=0.0)
     elif kind == "broker_restart":
@@ -1609,6 +952,8 @@ def stable_state(world: World) -> str | None:
     procs = world.live()
     if len(procs) != len(world.slots) or any(p.closing for p in procs):
         return "members not all live"
+    if not all(p.started for p in procs):
+        return "members not all started"
     ids = {p.core.generation.member_id: p for p in procs}
     if set(ids) != set(group.members):
         return f"members {sorted(group.members)} != {sorted(ids)}"
@@ -1625,7 +970,7 @@ def stable_state(world: World) -> str | None:
         valid = core.valid_until
         if valid is not None and valid <= world.now:
             return f"{proc.holder} lease lapsed"
-        owned = proc.embedding.owned
+        owned = proc.owned
         if owned != group.assignment_of(member_id):
             return f"{proc.holder} owns {sorted(owned)} != broker's"
         union |= owned
@@ -1636,11 +981,30 @@ def stable_state(world: World) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def quiet_logs() -> Iterator[None]:
+    """Drop kgroup's structlog output while a simulation runs (the trace has what matters;
+    event hooks still see every event), and restore the configuration after."""
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+
+
 def run_schedule(
     seed: int, *, trace: bool = False, assignor: str = "range", ghosts: bool | None = None
 ) -> Result:
     """Run one schedule; never raises for an invariant (see ``Result.failure``).
     ``ghosts`` (default: ``KGROUP_SIM_GHOSTS``) makes connection closes graceful."""
+    with quiet_logs():
+        # The members' retry jitter comes from the module's random (kgroup's default).
+        random.seed(seed)
+        return _run_schedule(seed, trace=trace, assignor=assignor, ghosts=ghosts)
+
+
+def _run_schedule(seed: int, *, trace: bool, assignor: str, ghosts: bool | None) -> Result:
     if ghosts is None:
         ghosts = os.environ.get("KGROUP_SIM_GHOSTS", "") not in ("", "0")
     rng = random.Random(seed)

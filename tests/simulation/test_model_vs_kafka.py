@@ -28,7 +28,8 @@ from kgroup import GroupConfig
 from kgroup.testing import KafkaBroker
 from kgroup.testing._members import MemberGroup, MemberRunner
 
-from ._world import Params, Process, Task, World, stable_state
+from ._process import Process
+from ._world import Params, World, stable_state
 
 SESSION_MS = 6_000
 HEARTBEAT_MS = 500
@@ -135,7 +136,7 @@ class ScriptedWorld:
         for slot, proc in self.world.slots.items():
             if proc is not None:
                 key = proc.instance_id or slot
-                result[key] = frozenset(tp.partition for tp in proc.embedding.owned)
+                result[key] = frozenset(tp.partition for tp in proc.owned)
         return result
 
     def generations(self) -> dict[str, int]:
@@ -157,8 +158,8 @@ class ScriptedWorld:
 
     def close(self, slot: str) -> None:
         proc = self.proc(slot)
-        closer = Task(proc, proc.close(), "close")
-        self.run_until(lambda: closer.finished, REQUEST_TIMEOUT_MS, "close")
+        closed = proc.close()
+        self.run_until(lambda: closed.done, REQUEST_TIMEOUT_MS, "close")
         del self.world.slots[slot]
 
 
