@@ -11,6 +11,9 @@ Three brokers, from the most faithful to the most controllable:
 
 :class:`JavaMember` runs Kafka's own Java consumer as a group member for interop tests.
 
+Without a broker: :class:`MockTransport` and :class:`InMemoryCoordinator` answer a real
+``GroupMember`` in memory, and :class:`VirtualTimeLoop` runs it on a virtual clock.
+
 The pytest plugin (:mod:`kgroup.testing.plugin`, registered as ``kgroup``) provides the
 fixtures ``kafka_broker``, ``tansu_broker``, ``broker`` (both, parametrised),
 ``mock_cluster``, ``make_topic`` / ``topic_factory``, ``unique_group`` and the
@@ -33,6 +36,7 @@ from ._ports import (
 )
 from ._proxy import FaultProxy, ProxiedBroker
 from ._tansu import TansuBroker
+from ._virtual_time import VirtualTimeLoop
 
 __all__ = [
     "KAFKA_VERSION",
@@ -57,6 +61,7 @@ __all__ = [
     "OwnershipViolation",
     "ProxiedBroker",
     "TansuBroker",
+    "VirtualTimeLoop",
     "cache_root",
     "covered",
     "free_port",

@@ -1,20 +1,19 @@
-"""A fake runtime for driving the sans-I/O :class:`MemberCore` in unit tests.
+"""The unit-test harness: the sans-I/O :class:`MemberCore` driven step by step, and the
+runtime's real heartbeat task around it in virtual time.
 
-:class:`Harness` plays the role of ``kgroup/_runtime/_member.py``: it owns a fake clock
-(``now``, in ms), asks the core what to do, executes the action the way the runtime does
-(the listener decisions come from a real :class:`ConsumerEmbedding`), and answers with the
-broker response the test scripts. Nothing here reads a clock or touches a socket, so every
-scenario is deterministic and runs in microseconds.
+:class:`Harness` owns a clock (``now``, in ms) and a core. The **join path** is stepped by
+hand, one core action at a time, the way ``GroupMember.poll()`` steps it (the listener
+decisions come from a real :class:`ConsumerEmbedding`), with the broker responses the test
+scripts: :meth:`Harness.poll`, :meth:`Harness.expect`, :meth:`Harness.find_coordinator`,
+:meth:`Harness.prepare`, :meth:`Harness.send_join`, :meth:`Harness.join_response`,
+:meth:`Harness.sync_response`, :meth:`Harness.complete`. Single heartbeat steps are core
+calls too: :meth:`Harness.hb`, :meth:`Harness.hb_send`, :meth:`Harness.hb_respond`,
+:meth:`Harness.hb_fail`.
 
-Two drivers, as in the runtime:
-
-* the **join driver** (the application's ``poll()``): :meth:`Harness.poll`,
-  :meth:`Harness.expect`, :meth:`Harness.find_coordinator`, :meth:`Harness.prepare`,
-  :meth:`Harness.send_join`, :meth:`Harness.join_response`, :meth:`Harness.sync_response`,
-  :meth:`Harness.complete`;
-* the **heartbeat driver**: :meth:`Harness.hb`, :meth:`Harness.hb_send`,
-  :meth:`Harness.hb_respond`, :meth:`Harness.hb_fail`, and :meth:`Harness.run_heartbeats`,
-  which loops like ``_heartbeat_loop`` until a given time.
+:meth:`Harness.run_heartbeats` does not imitate the heartbeat loop: it runs the runtime's own
+``HeartbeatDriver`` and ``CoordinatorLink`` on the harness's core, over a scripted
+``MockTransport``, on a :class:`~kgroup.testing.VirtualTimeLoop`. Nothing reads a real clock
+or touches a socket, so every scenario is deterministic and quick.
 
 Jitter is deterministic: ``uniform(lo, hi)`` returns ``lo + (hi - lo) * jitter_at``
 (``jitter_at=0.5`` means no jitter).
@@ -22,6 +21,7 @@ Jitter is deterministic: ``uniform(lo, hi)`` returns ``lo + (hi - lo) * jitter_a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -43,8 +43,6 @@ from kgroup._core._member import (
     FindCoordinator,
     HeartbeatAction,
     HeartbeatDisabled,
-    HeartbeatFindCoordinator,
-    HeartbeatWait,
     JoinAction,
     MemberCore,
     PollTimeoutLeave,
@@ -57,14 +55,22 @@ from kgroup._core._member import (
 from kgroup._core._messages import (
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupMember,
     JoinGroupRequest,
     JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
     SyncGroupResponse,
 )
 from kgroup._core._state import MemberState
-from kgroup._errors import AssignmentError, ErrorCode, KGroupError
+from kgroup._errors import AssignmentError, CoordinatorError, ErrorCode, KGroupError
+from kgroup._runtime._heartbeat import HeartbeatDriver
+from kgroup._runtime._link import CoordinatorLink
+from kgroup._runtime._seam import LoopSeam
+from kgroup._runtime._shared import Lifecycle, Shared
+from kgroup.testing import MockTransport, VirtualTimeLoop
 
 GROUP = "g"
 TP = TopicPartition
@@ -380,61 +386,109 @@ class Harness:
         lookup: int | Callable[[float], int | None] = 1,
         app_polls_every: float | None = None,
     ) -> HeartbeatLog:
-        """Loop like ``_heartbeat_loop`` until ``until`` (ms) or until the loop disables
-        itself / the poll timer leaves.
+        """Run the runtime's own heartbeat task (``kgroup/_runtime/_heartbeat.py``, with its
+        coordinator link and the lookup task) on this core, in virtual time, until ``until``
+        (ms) or until the core disables heartbeats or the poll timer leaves.
 
         ``answer``: the error code each heartbeat gets (a callable may return ``None`` for a
         transport failure). ``lookup``: the node FindCoordinator answers (a callable may
         return ``None`` for a failed lookup). ``app_polls_every``: the application also calls
-        ``poll()`` that often (resetting the poll timer).
+        ``poll()`` that often (resetting the poll timer). Times in the log are ms, rounded
+        to the microsecond of the virtual clock.
         """
         log = HeartbeatLog(sent=[], lookups=[])
-        next_app_poll = self.now if app_polls_every is not None else float("inf")
-        spins, last = 0, self.now
-        while self.now < until:
-            spins = spins + 1 if self.now == last else 0
-            last = self.now
-            assert spins < 100, (
-                f"the heartbeat driver spins at t={self.now} (last: {log.sent[-1:]})"
+        if self.now >= until:
+            return log
+        loop = VirtualTimeLoop(start=self.now / 1000.0)
+        try:
+            loop.run_until_complete(
+                self._heartbeat_task(log, until, answer, lookup, app_polls_every)
             )
-            if self.now >= next_app_poll:
-                assert app_polls_every is not None
-                self.poll()
-                next_app_poll = self.now + app_polls_every
-            action = self.hb()
-            if isinstance(action, HeartbeatDisabled):
-                log.disabled_at = self.now
-                return log
-            if isinstance(action, PollTimeoutLeave):
-                log.leave = action
-                return log
-            if isinstance(action, SendHeartbeat):
-                log.sent.append((self.now, action))
-                code = answer(self.now, action) if callable(answer) else answer
-                if code is None:
-                    self.hb_fail()
-                else:
-                    self.hb_respond(action, code)
-                continue
-            if isinstance(action, HeartbeatFindCoordinator):
-                # As the runtime: start a lookup at once (lookups here answer instantly, so
-                # none is ever still running), then wait until ``until``; a successful
-                # lookup wakes the loop early.
-                log.lookups.append(self.now)
-                node = lookup(self.now) if callable(lookup) else lookup
-                if node is None:
-                    self.core.on_find_coordinator_failed(self.now, "no broker reachable")
-                else:
-                    self.lookup(node)
-                if self.core.coordinator is not None:
-                    continue
-                wake = action.until
-            else:
-                assert isinstance(action, HeartbeatWait), action
-                wake = action.until
-            assert wake > self.now, f"{action!r} would spin at {self.now}"
-            self.now = min(wake, until, next_app_poll)
+        finally:
+            loop.close()
         return log
+
+    async def _heartbeat_task(
+        self,
+        log: HeartbeatLog,
+        until: float,
+        answer: int | Callable[[float, SendHeartbeat], int | None],
+        lookup: int | Callable[[float], int | None],
+        app_polls_every: float | None,
+    ) -> None:
+        core = self.core
+        shared = Shared(self.config, listener=None, clock=None)
+        shared.core = core
+        shared.seam = LoopSeam(asyncio.get_running_loop(), None)
+
+        def now() -> float:
+            return round(shared.now(), 3)
+
+        stop = asyncio.Event()
+        sent_by_request: dict[int, SendHeartbeat] = {}
+        ask = core.heartbeat_action
+
+        def watched(at: float) -> HeartbeatAction:
+            """What the heartbeat task is told to do, recorded until the run stops."""
+            action = ask(at)
+            if stop.is_set():
+                return action
+            if isinstance(action, SendHeartbeat):
+                log.sent.append((now(), action))
+                sent_by_request[id(action.request)] = action
+            elif isinstance(action, HeartbeatDisabled):
+                log.disabled_at = now()
+                stop.set()
+            elif isinstance(action, PollTimeoutLeave):
+                log.leave = action
+                stop.set()
+            return action
+
+        def broker(request: Any) -> Any:
+            at = now()
+            if isinstance(request, FindCoordinatorRequest):
+                log.lookups.append(at)
+                node = lookup(at) if callable(lookup) else lookup
+                if node is None:
+                    raise CoordinatorError("no broker reachable")
+                return FindCoordinatorResponse(
+                    error_code=ErrorCode.NONE, node_id=node, host=f"b{node}", port=9092
+                )
+            if isinstance(request, HeartbeatRequest):
+                sent = sent_by_request[id(request)]
+                code = answer(at, sent) if callable(answer) else answer
+                if code is None:
+                    raise CoordinatorError("connection closed")
+                return HeartbeatResponse(error_code=code)
+            if isinstance(request, LeaveGroupRequest):
+                return LeaveGroupResponse(error_code=ErrorCode.NONE)
+            raise AssertionError(f"the heartbeat task sent {request!r}")
+
+        async def app_polls(every: float) -> None:
+            while True:
+                with shared.step() as stepped:
+                    stepped.poll(shared.now())
+                await asyncio.sleep(every / 1000.0)
+
+        core.heartbeat_action = watched  # type: ignore[method-assign]
+        link = CoordinatorLink(shared, MockTransport(broker))
+        shared.link = link
+        shared.lifecycle = Lifecycle.OPEN
+        shared.tasks.spawn(HeartbeatDriver(shared, link).run(lambda: False), "kgroup-heartbeat")
+        if app_polls_every is not None:
+            shared.tasks.spawn(app_polls(app_polls_every), "app-polls")
+        try:
+            async with asyncio.timeout((until - shared.now()) / 1000.0):
+                await stop.wait()
+        except TimeoutError:
+            pass
+        finally:
+            del core.heartbeat_action
+            shared.lifecycle = Lifecycle.CLOSING
+            await shared.tasks.aclose()
+            await link.aclose()
+            self.now = now()
+        assert not shared.tasks.failures, shared.tasks.failures
 
 
 @pytest.fixture

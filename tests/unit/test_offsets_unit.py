@@ -1,9 +1,10 @@
 """Spec §12 scenarios F34-F40 and the error tables of §4.6/§4.7, on the sans-I/O core.
 
 The core decisions (``kgroup._core._offsets``) run against a real :class:`MemberCore` in the
-``Harness`` of ``conftest.py``. The retry loops of ``kgroup._runtime._offsets`` run against
-``FakeMember``, a scripted stand-in for the few GroupMember methods they use, on a virtual
-clock, so that deadlines and backoffs are exact.
+``Harness`` of ``conftest.py``. The retry loops of ``kgroup._runtime._offsets`` run in a real
+:class:`GroupMember` (``ScriptedMember``) on the harness's core, whose coordinator is a
+scripted ``MockTransport``, on the harness's virtual clock, so that deadlines and backoffs
+are exact.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from itertools import pairwise
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
 from kgroup._core._consumer_protocol import TopicPartition
-from kgroup._core._member import AwaitJoin, MemberCore
+from kgroup._core._member import AwaitJoin
 from kgroup._core._messages import (
     FetchedOffset,
     OffsetCommitRequest,
@@ -45,13 +46,16 @@ from kgroup._errors import (
     RebalanceInProgress,
     TopicAuthorizationFailed,
 )
-from kgroup._runtime._offsets import commit_offsets, fetch_committed
+from kgroup._runtime._member import GroupMember
+from kgroup._runtime._seam import LoopSeam
+from kgroup._runtime._shared import Lifecycle
+from kgroup.testing import MockTransport
+from kgroup.testing.messages import FindCoordinatorRequest
 
 E = ErrorCode
 S = MemberState
 T0 = TopicPartition("t", 0)
 T1 = TopicPartition("t", 1)
-_R = TypeVar("_R")
 
 
 def stable(make_harness: Callable[..., Any], generation: int = 5, **config: Any) -> Any:
@@ -352,26 +356,31 @@ def test_fetch_partition_errors(make_harness) -> None:
 # -- the runtime retry loops, on a virtual clock --------------------------------------------------
 
 
-class FakeMember:
-    """The GroupMember surface ``kgroup._runtime._offsets`` uses, with scripted answers.
-
-    ``answers`` are returned (or raised) in order by ``_coordinator_request``; the clock is
-    virtual: ``asyncio.sleep`` is patched to advance it."""
+class ScriptedMember:
+    """A real :class:`GroupMember` on the harness's core and clock, whose coordinator is a
+    :class:`MockTransport` that answers with ``answers`` in order (an exception is raised
+    as the transport's failure). ``sent`` records ``(time, request)``; ``lookups`` counts
+    the FindCoordinator requests."""
 
     def __init__(self, h: Any, answers: list[Any]) -> None:
         self.h = h
-        self.config = h.config
         self.answers = answers
         self.sent: list[tuple[float, Any]] = []
         self.lookups = 0
+        self.member = GroupMember(
+            h.config, clock=lambda: h.now / 1000.0, transport=MockTransport(self._answer)
+        )
+        # Started on the harness's core (GroupMember.start would make its own), with no
+        # heartbeat task: the test drives everything else by hand.
+        shared = self.member._shared
+        shared.core = h.core
+        shared.seam = LoopSeam(asyncio.get_running_loop(), None)
+        shared.lifecycle = Lifecycle.OPEN
 
-    def _now(self) -> float:
-        return float(self.h.now)
-
-    def _core_call(self, fn: Callable[[MemberCore], _R]) -> _R:
-        return fn(self.h.core)
-
-    async def _coordinator_request(self, request: Any, timeout_ms: int) -> Any:
+    def _answer(self, request: Any) -> Any:
+        if isinstance(request, FindCoordinatorRequest):
+            self.lookups += 1
+            return None  # the transport's own coordinator
         self.sent.append((self.h.now, request))
         answer = self.answers.pop(0) if self.answers else self.answers_default()
         if isinstance(answer, Exception):
@@ -380,10 +389,6 @@ class FakeMember:
 
     def answers_default(self) -> Any:
         raise AssertionError("no scripted answer left")
-
-    async def _await_coordinator_known(self, deadline: float | None) -> None:
-        self.lookups += 1
-        self.h.lookup(1)  # the lookup succeeds at once
 
 
 @pytest.fixture
@@ -407,11 +412,11 @@ async def test_f38_commit_retries_after_not_coordinator_until_it_succeeds(
     commit is retried with exponential backoff; then it succeeds."""
     h = stable(make_harness, retry_backoff_ms=100, retry_backoff_max_ms=1_000)
     virtual_sleep(h)
-    member = FakeMember(
+    member = ScriptedMember(
         h, [answer(E.NOT_COORDINATOR), CoordinatorError("reset"), answer(E.NOT_COORDINATOR)]
     )
     member.answers.append(answer(0))
-    await commit_offsets(member, {T0: 10})  # type: ignore[arg-type]
+    await member.member.commit_offsets({T0: 10})
     times = [t for t, _ in member.sent]
     assert len(times) == 4 and member.lookups == 3
     gaps = [b - a for a, b in pairwise(times)]
@@ -422,10 +427,10 @@ async def test_f38_commit_retries_after_not_coordinator_until_it_succeeds(
 async def test_f38_commit_gives_up_at_its_deadline(make_harness, virtual_sleep) -> None:
     h = stable(make_harness, retry_backoff_ms=100, retry_backoff_max_ms=1_000)
     virtual_sleep(h)
-    member = FakeMember(h, [])
+    member = ScriptedMember(h, [])
     member.answers_default = lambda: answer(E.COORDINATOR_NOT_AVAILABLE)  # type: ignore[method-assign]
     with pytest.raises(OffsetsError, match="did not succeed within 5000 ms"):
-        await commit_offsets(member, {T0: 10}, timeout=5.0)  # type: ignore[arg-type]
+        await member.member.commit_offsets({T0: 10}, timeout=5.0)
     assert member.sent[-1][0] <= 5_000 and h.now <= 5_000 + 1
 
 
@@ -436,12 +441,12 @@ async def test_f39_commit_bounded_by_its_timeout_then_the_caller_proceeds(
     max_poll_interval as its timeout retries until then and fails, and the join goes on."""
     h = stable(make_harness, max_poll_interval_ms=20_000, retry_backoff_max_ms=1_000)
     virtual_sleep(h)
-    member = FakeMember(h, [])
+    member = ScriptedMember(h, [])
     member.answers_default = lambda: answer(E.COORDINATOR_LOAD_IN_PROGRESS)  # type: ignore[method-assign]
     h.core.request_rejoin("a new member joined")
     h.prepare(lost=False)
     with pytest.raises(OffsetsError):
-        await commit_offsets(member, {T0: 10}, timeout=20.0)  # type: ignore[arg-type]
+        await member.member.commit_offsets({T0: 10}, timeout=20.0)
     assert 19_000 <= h.now <= 20_001 and len(member.sent) > 10
     h.send_join()  # the rebalance proceeds
     assert h.state is S.PREPARING_REBALANCE
@@ -452,8 +457,8 @@ async def test_f40_fetch_retries_unstable_offset_commit(make_harness, virtual_sl
     h = stable(make_harness)
     virtual_sleep(h)
     unstable = fetched((0, -1, E.UNSTABLE_OFFSET_COMMIT))
-    member = FakeMember(h, [unstable, unstable, fetched((0, 77, 0))])
-    got = await fetch_committed(member, [T0])  # type: ignore[arg-type]
+    member = ScriptedMember(h, [unstable, unstable, fetched((0, 77, 0))])
+    got = await member.member.fetch_committed([T0])
     assert got == {T0: OffsetAndMetadata(77, "m", -1)}
     assert len(member.sent) == 3 and member.sent[-1][0] > member.sent[0][0]
 
@@ -461,15 +466,15 @@ async def test_f40_fetch_retries_unstable_offset_commit(make_harness, virtual_sl
 async def test_f40_fetch_gives_up_at_its_deadline(make_harness, virtual_sleep) -> None:
     h = stable(make_harness)
     virtual_sleep(h)
-    member = FakeMember(h, [])
+    member = ScriptedMember(h, [])
     member.answers_default = lambda: fetched((0, -1, E.UNSTABLE_OFFSET_COMMIT))  # type: ignore[method-assign]
     with pytest.raises(OffsetsError, match="UNSTABLE_OFFSET_COMMIT"):
-        await fetch_committed(member, [T0], timeout=3.0)  # type: ignore[arg-type]
+        await member.member.fetch_committed([T0], timeout=3.0)
     assert h.now <= 3_001
 
 
 async def test_fetch_reports_partitions_the_broker_left_out(make_harness, virtual_sleep) -> None:
     h = stable(make_harness)
-    member = FakeMember(h, [fetched((0, 5, 0))])
+    member = ScriptedMember(h, [fetched((0, 5, 0))])
     with pytest.raises(OffsetsError, match="did not answer for t-1"):
-        await fetch_committed(member, [T0, T1])  # type: ignore[arg-type]
+        await member.member.fetch_committed([T0, T1])

@@ -1,0 +1,67 @@
+"""kgroup.testing.VirtualTimeLoop: time jumps to the next timer; it never spins or hangs."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from kgroup.testing import VirtualTimeLoop
+
+T = TypeVar("T")
+
+
+def run(coro_fn: Callable[[], Coroutine[Any, Any, T]], start: float = 0.0) -> tuple[T, float]:
+    loop = VirtualTimeLoop(start=start)
+    try:
+        return loop.run_until_complete(coro_fn()), loop.time()
+    finally:
+        loop.close()
+
+
+def test_sleeps_take_no_real_time_and_add_up_exactly() -> None:
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        for _ in range(10):
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(3600)
+        return loop.time()
+
+    seen, end = run(main)
+    assert seen == end == 3601.0
+
+
+def test_timeouts_fire_at_their_deadline() -> None:
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(45.0):
+                await asyncio.Event().wait()
+        except TimeoutError:
+            return loop.time()
+        raise AssertionError("not timed out")
+
+    seen, _ = run(main, start=3.1)
+    assert seen == pytest.approx(48.1, abs=1e-6)
+
+
+def test_a_wait_a_hair_past_a_tick_still_ends() -> None:
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 1e-9  # below the clock's microsecond
+        while loop.time() < deadline:  # noqa: ASYNC110 - polling the clock is the point
+            await asyncio.sleep(deadline - loop.time())
+        return loop.time()
+
+    seen, _ = run(main, start=1.0)
+    assert seen == pytest.approx(1.000001)
+
+
+def test_a_deadlock_raises_instead_of_hanging() -> None:
+    async def main() -> None:
+        await asyncio.Event().wait()
+
+    with pytest.raises(RuntimeError, match="can never finish"):
+        run(main)
