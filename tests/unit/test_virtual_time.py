@@ -65,3 +65,22 @@ def test_a_deadlock_raises_instead_of_hanging() -> None:
 
     with pytest.raises(RuntimeError, match="can never finish"):
         run(main)
+
+
+def test_the_real_member_heartbeats_for_an_hour_in_virtual_time() -> None:
+    """The testing guide's example: an hour of membership, every heartbeat sent."""
+    from kgroup import GroupConfig, GroupMember
+    from kgroup.testing import InMemoryCoordinator
+
+    async def an_hour_of_membership() -> int:
+        coordinator = InMemoryCoordinator({"orders": 4})
+        config = GroupConfig(bootstrap_servers="in-memory:9092", group_id="g", topics=["orders"])
+        async with GroupMember(config, transport=coordinator.transport()) as member:
+            await member.poll(timeout=5)
+            for _ in range(60):
+                await member.poll(timeout=60)
+            return member.stats().heartbeats_acknowledged
+
+    acknowledged, end = run(an_hour_of_membership)
+    assert end >= 3600
+    assert 1190 <= acknowledged <= 1201  # one every 3 s (heartbeat_interval_ms)
