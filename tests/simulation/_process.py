@@ -65,7 +65,9 @@ class ProcessLoop(asyncio.BaseEventLoop):
         return self._world.sched.now / 1000.0
 
     def call_soon(self, callback: Any, *args: Any, context: Any = None) -> Any:
-        handle = super().call_soon(callback, *args, context=context)
+        # BaseEventLoop.call_soon without its debug checks (the hottest call here).
+        handle = events.Handle(callback, args, self, context)
+        self._ready.append(handle)
         if not self._kicked and self.running:
             self._kicked = True
             self._world.sched.at(self._world.sched.now, self._step)
@@ -418,8 +420,17 @@ class Process:
 
     def after_step(self) -> None:
         core = self.member._core
-        if core is not None:
+        if core is None:
+            return
+        # valid_until is None while nothing is held; skip computing it then (hot path).
+        if (
+            self.member.assignment
+            or self.member._shared.releasing
+            or core._lease_expired_at is not None
+        ):
             self.observed_valid_until = core.valid_until
+        else:
+            self.observed_valid_until = None
 
     def loop_error(self, context: dict[str, Any]) -> None:
         """Something the loop could not hand to anyone (invariant 3)."""
