@@ -432,6 +432,11 @@ class Process:
         else:
             self.observed_valid_until = None
 
+    def retire(self) -> None:
+        """The schedule ended: stop the loop; its pending tasks are garbage, not failures."""
+        self.alive = False
+        self.loop.halt()
+
     def loop_error(self, context: dict[str, Any]) -> None:
         """Something the loop could not hand to anyone (invariant 3)."""
         if self.crashed or not self.alive:

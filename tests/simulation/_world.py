@@ -1086,6 +1086,8 @@ def _run_schedule(seed: int, *, trace: bool, assignor: str, ghosts: bool | None)
                 )
             )
     world.log("world", f"end: {world.sched.events} events")
+    for proc in world.live():
+        proc.retire()  # the schedule is over: what its loops still hold is not a failure
     return Result(
         seed=seed,
         params=params,
