@@ -61,12 +61,8 @@ from kgroup._core._messages import (
     SyncGroupResponse,
 )
 from kgroup._errors import LocalProtocolError, RemoteProtocolError, UnsupportedVersion
-from kgroup._protocol._schemas import (
-    API_NAMES,
-    REQUEST_STRUCTS,
-    SUPPORTED_VERSIONS,
-    api_label,
-)
+from kgroup._protocol._schemas import REQUEST_STRUCTS
+from kgroup._protocol._versions import API_NAMES, SUPPORTED_VERSIONS, api_label
 
 __all__ = [
     "API_NAMES",

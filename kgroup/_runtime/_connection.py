@@ -64,7 +64,8 @@ from .._errors import (
     RemoteProtocolError,
 )
 from .._log import logger
-from .._protocol._schemas import API_NAMES, parse_response_header
+from .._protocol._primitives import parse_response_header
+from .._protocol._versions import API_NAMES
 
 __all__ = ["MAX_RESPONSE_BYTES", "BrokerConnection", "Cluster", "SupportsRequest"]
 
