@@ -17,7 +17,7 @@ class, per version kgroup speaks, built from Kafka's JSON message schemas."""
 # A request struct that cannot be encoded raises ``LocalProtocolError`` (kgroup passed a
 # value the schema cannot carry). A response that cannot be decoded, or that leaves bytes
 # over, raises ``RemoteProtocolError`` naming the API, the version and the field; the
-# connection layer (``kgroup._runtime._connection``) then fails the request with it and
+# connection layer (``kgroup._runtime._framing``) then fails the request with it and
 # closes the connection.
 
 from __future__ import annotations
