@@ -44,7 +44,8 @@ from ._errors import (
     UsageError,
 )
 from ._listener import RebalanceListener
-from ._runtime._consumer import GroupConsumer, NoOffsetForPartition
+from ._runtime._consumer import GroupConsumer
+from ._runtime._consumer_assignment import NoOffsetForPartition
 from ._runtime._member import EventHook, GroupMember
 from ._runtime._offsets import OffsetAndMetadata
 from ._stats import ConsumerStats, MemberStats, Percentiles

@@ -7,18 +7,16 @@ for every version kgroup speaks (FindCoordinator v1-v6, JoinGroup v2-v9, SyncGro
 Heartbeat v0-v4, LeaveGroup v0-v5) are defined in ``_schemas`` from Kafka's JSON schemas.
 """
 
-from kgroup._protocol._messages import (
-    API_NAMES,
+from kgroup._protocol._requests import (
     MAX_REASON_LENGTH,
     STATIC_MEMBERSHIP_VERSIONS,
-    SUPPORTED_VERSIONS,
     GroupRequest,
-    GroupResponse,
     WireRequest,
     choose_version,
-    from_wire,
     to_wire,
 )
+from kgroup._protocol._responses import GroupResponse, from_wire
+from kgroup._protocol._versions import API_NAMES, SUPPORTED_VERSIONS
 
 __all__ = [
     "API_NAMES",

@@ -1,41 +1,41 @@
-"""GroupConsumer: records delivery on top of kgroup's membership.
+"""GroupConsumer: records delivery on top of kgroup's membership, with the records read by
+an aiokafka consumer that never talks to the group coordinator."""
 
-Who owns what is decided by :class:`~kgroup.GroupMember` (kgroup's own join, sync, heartbeat
-and lease). The records are read by an :class:`aiokafka.AIOKafkaConsumer` created with
-``group_id=None`` and driven by manual ``assign()``/``seek()``: aiokafka's public API gives
-prefetching, decompression, deserialisers, isolation levels and offset resets, and it never
-talks to the group coordinator, so membership and commits stay kgroup's alone. (Driving
-aiokafka's ``Fetcher`` directly would save nothing but tie kgroup to private aiokafka code.)
-
-Invariants (spec §6.2, §6.4, §9, §11.4):
-
-- Every fetch call (``getmany``, ``getone``, ``__anext__``) is a poll: it resets the poll
-  timer, runs a pending rebalance (and the listener callbacks) in the caller's task, and a
-  fetch that waits for records wakes up as soon as a rebalance becomes pending.
-- A record is handed to the application only for a partition that the member owns now, whose
-  revoke/lost callback has not started, and only while the member's lease holds
-  (``member.valid_until``). Everything is decided after the last ``await`` of the call, so no
-  callback can slip in between the check and the return.
-- Revoked partitions: delivery stops, their processed positions are auto-committed (when
-  enabled), the user's callback runs, then they leave the fetcher (buffered records dropped).
-  Lost partitions: delivery stops and they leave the fetcher without any commit, then the
-  user's callback runs.
-- Newly assigned partitions start at their committed offset (OffsetFetch), or where
-  ``auto_offset_reset`` says when nothing is committed; then the user's callback runs.
-"""
+# Who owns what is decided by :class:`~kgroup.GroupMember` (kgroup's own join, sync,
+# heartbeat and lease). The records are read by an :class:`aiokafka.AIOKafkaConsumer` created
+# with ``group_id=None`` and driven by manual ``assign()``/``seek()``: aiokafka's public API
+# gives prefetching, decompression, deserialisers, isolation levels and offset resets, and
+# it never talks to the group coordinator, so membership and commits stay kgroup's alone.
+# (Driving aiokafka's ``Fetcher`` directly would save nothing but tie kgroup to private
+# aiokafka code.) GroupConsumer's internals are layered: ``_consumer_commits`` (offset
+# commits), ``_consumer_assignment`` (the listener, starting positions) and
+# ``_consumer_fetch`` (the fetch loop); its public methods are all defined here.
+#
+# Invariants (spec §6.2, §6.4, §9, §11.4):
+#
+# - Every fetch call (``getmany``, ``getone``, ``__anext__``) is a poll: it resets the poll
+#   timer, runs a pending rebalance (and the listener callbacks) in the caller's task, and a
+#   fetch that waits for records wakes up as soon as a rebalance becomes pending.
+# - A record is handed to the application only for a partition that the member owns now,
+#   whose revoke/lost callback has not started, and only while the member's lease holds
+#   (``member.valid_until``). Everything is decided after the last ``await`` of the call, so
+#   no callback can slip in between the check and the return.
+# - Revoked partitions: delivery stops, their processed positions are auto-committed (when
+#   enabled), the user's callback runs, then they leave the fetcher (buffered records
+#   dropped). Lost partitions: delivery stops and they leave the fetcher without any commit,
+#   then the user's callback runs.
+# - Newly assigned partitions start at their committed offset (OffsetFetch), or where
+#   ``auto_offset_reset`` says when nothing is committed; then the user's callback runs.
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
-from aiokafka.structs import TopicPartition as AioTopicPartition
 
 from .._config import GroupConfig
 from .._core._consumer_protocol import TopicPartition
@@ -44,36 +44,19 @@ from .._errors import CommitFailed, ConfigError, KGroupError, UsageError
 from .._listener import RebalanceListener
 from .._log import logger
 from .._stats import ConsumerStats
+from ._consumer_assignment import _ConsumerListener, aio_partition
+from ._consumer_fetch import _ConsumerFetch
 from ._member import GroupMember
 from ._offsets import OffsetAndMetadata
 from ._security import connection_kwargs
 
-__all__ = ["ConsumerRecord", "GroupConsumer", "NoOffsetForPartition"]
+__all__ = ["ConsumerRecord", "GroupConsumer"]
+
 
 _RESETS = ("earliest", "latest", "none")
 _ISOLATION = ("read_uncommitted", "read_committed")
 #: How long one wait inside getone()/__anext__ lasts before it polls again (seconds).
 _GETONE_SLICE = 1.0
-
-_Fetched = dict[AioTopicPartition, list[ConsumerRecord[Any, Any]]]
-
-
-class NoOffsetForPartition(KGroupError):
-    """A partition was assigned with no committed offset and ``auto_offset_reset="none"``.
-
-    ``partitions`` lists them. They stay assigned but are not fetched until the application
-    positions them with :meth:`GroupConsumer.seek`."""
-
-    def __init__(self, partitions: Iterable[TopicPartition]) -> None:
-        self.partitions = frozenset(partitions)
-        names = ", ".join(sorted(str(tp) for tp in self.partitions))
-        super().__init__(
-            f"no committed offset for {names} and auto_offset_reset='none': seek() them"
-        )
-
-
-def _aio(tp: TopicPartition) -> AioTopicPartition:
-    return AioTopicPartition(tp.topic, tp.partition)
 
 
 def _check_ms(name: str, value: object, *, minimum: int = 0) -> int:
@@ -82,24 +65,7 @@ def _check_ms(name: str, value: object, *, minimum: int = 0) -> int:
     return value
 
 
-class _ConsumerListener(RebalanceListener):
-    """The listener kgroup gives the member: it keeps the fetcher in step with the
-    assignment, then calls the application's listener."""
-
-    def __init__(self, consumer: GroupConsumer) -> None:
-        self._consumer = consumer
-
-    async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
-        await self._consumer._on_revoked(partitions)
-
-    async def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
-        await self._consumer._on_assigned(partitions)
-
-    async def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
-        await self._consumer._on_lost(partitions)
-
-
-class GroupConsumer:
+class GroupConsumer(_ConsumerFetch):
     """A Kafka consumer whose group membership is kgroup's :class:`GroupMember`.
 
     Example::
@@ -261,13 +227,6 @@ class GroupConsumer:
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    @staticmethod
-    def _now() -> float:
-        try:
-            return asyncio.get_running_loop().time()
-        except RuntimeError:
-            return 0.0
-
     async def __aenter__(self) -> GroupConsumer:
         await self.start()
         return self
@@ -304,13 +263,6 @@ class GroupConsumer:
             raise
         logger.info("consumer.started", group=cfg.group_id, topics=list(cfg.topics))
 
-    def _check_open(self) -> AIOKafkaConsumer:
-        if self._kafka is None or not self._started:
-            raise UsageError("GroupConsumer is not started: use 'async with' or await start()")
-        if self._closed or self._closing:
-            raise UsageError("GroupConsumer is closed")
-        return self._kafka
-
     async def close(self) -> None:
         """Commit the processed positions (auto-commit), revoke everything (the listener's
         ``on_partitions_revoked``), leave the group, stop the fetcher (spec G47). Idempotent."""
@@ -338,238 +290,7 @@ class GroupConsumer:
             "commits_failed": self._commits_failed,
         }
 
-    # -- the listener (runs inside member.poll()/close(), in the caller's task) -------------------
-
-    async def _call_user(self, name: str, partitions: frozenset[TopicPartition]) -> None:
-        method = getattr(self._user_listener, name, None)
-        if method is None:
-            return
-        result = method(frozenset(partitions))
-        if inspect.isawaitable(result):
-            await result
-
-    async def _on_assigned(self, added: frozenset[TopicPartition]) -> None:
-        self._releasing -= added
-        self._next_auto_commit = self._now() + self._auto_commit_interval / 1000.0
-        if added:
-            await self._position(added)
-        await self._call_user("on_partitions_assigned", added)
-
-    async def _on_revoked(self, revoked: frozenset[TopicPartition]) -> None:
-        self._releasing |= revoked  # no record of these is handed out from now on
-        self._revoke_commit_ok = revoked
-        try:
-            if self._auto_commit and revoked:
-                await self._auto_commit_now(revoked & self._positions.keys())
-            await self._call_user("on_partitions_revoked", revoked)
-        finally:
-            self._revoke_commit_ok = frozenset()
-            self._drop(revoked)
-
-    async def _on_lost(self, lost: frozenset[TopicPartition]) -> None:
-        self._releasing |= lost
-        self._drop(lost)
-        await self._call_user("on_partitions_lost", lost)
-
-    def _drop(self, partitions: frozenset[TopicPartition]) -> None:
-        """Forget ``partitions``: out of the fetcher (its buffered records go with it)."""
-        for tp in partitions:
-            self._positions.pop(tp, None)
-            self._committed.pop(tp, None)
-        self._fetching -= partitions
-        self._unpositioned -= partitions
-        self._no_offset -= partitions
-        self._paused -= partitions
-        self._releasing -= partitions
-        self._install()
-
-    def _install(self) -> None:
-        """Hand ``_fetching`` to aiokafka at the known positions. No await inside: the
-        fetcher's background task sees the assignment and its positions together."""
-        kafka = self._kafka
-        if kafka is None or self._closed:
-            return
-        tps = sorted(self._fetching)
-        kafka.assign([_aio(tp) for tp in tps])
-        for tp in tps:
-            position = self._positions.get(tp)
-            if position is not None:
-                kafka.seek(_aio(tp), position)
-        paused = [_aio(tp) for tp in tps if tp in self._paused]
-        if paused:
-            kafka.pause(*paused)
-
-    async def _position(self, partitions: Iterable[TopicPartition]) -> None:
-        """Start ``partitions`` at their committed offsets, or by ``auto_offset_reset``.
-        Partitions whose OffsetFetch fails stay unpositioned; the next fetch call retries."""
-        wanted = frozenset(partitions)
-        if not wanted:
-            return
-        self._unpositioned |= wanted
-        try:
-            committed = await self._member.fetch_committed(wanted)
-        except KGroupError as exc:
-            logger.warning(
-                "consumer.offset_fetch_failed",
-                group=self._config.group_id,
-                partitions=sorted(str(tp) for tp in wanted),
-                error=repr(exc),
-            )
-            return
-        owned = self._member.assignment
-        fresh: set[TopicPartition] = set()
-        missing: set[TopicPartition] = set()
-        for tp in wanted:
-            if tp not in owned or tp not in self._unpositioned:
-                continue  # released (or seek()ed) while we waited
-            found = committed.get(tp)
-            if found is not None and found.offset >= 0:
-                self._positions[tp] = found.offset
-                self._committed[tp] = found.offset
-            elif self._reset == "none":
-                missing.add(tp)
-                self._unpositioned.discard(tp)
-                self._no_offset.add(tp)
-                continue
-            else:
-                fresh.add(tp)
-            self._unpositioned.discard(tp)
-            self._fetching.add(tp)
-        if wanted & self._fetching:
-            self._install()
-        logger.info(
-            "consumer.positioned",
-            group=self._config.group_id,
-            positions={str(tp): self._positions.get(tp) for tp in sorted(wanted)},
-            reset=sorted(str(tp) for tp in fresh),
-        )
-        if fresh:
-            await self._resolve_reset(fresh)
-        if missing:
-            self._pending_error = NoOffsetForPartition(missing)
-
-    async def _resolve_reset(self, partitions: Iterable[TopicPartition]) -> None:
-        """Wait for aiokafka's offset reset of ``partitions`` and remember where it put
-        them, so a later re-assignment of the fetcher keeps their place."""
-        kafka = self._kafka
-        if kafka is None:
-            return
-
-        bound = self._config.request_timeout_ms / 1000.0
-
-        async def one(tp: TopicPartition) -> None:
-            # Best effort: without it the partition is still fetched from the reset
-            # position; it is only not committed until a record is handed out.
-            with contextlib.suppress(Exception):
-                position = await asyncio.wait_for(kafka.position(_aio(tp)), bound)
-                if tp in self._fetching and tp not in self._positions:
-                    self._positions[tp] = int(position)
-
-        await asyncio.gather(*(one(tp) for tp in partitions))
-
     # -- fetching --------------------------------------------------------------------------------
-
-    def _lease_holds(self) -> bool:
-        valid_until = self._member.valid_until
-        return valid_until is not None and self._now() < valid_until
-
-    def _deliverable(self, partitions: Iterable[TopicPartition] = ()) -> frozenset[TopicPartition]:
-        """Partitions whose records may be handed to the application right now."""
-        if not self._lease_holds():
-            return frozenset()
-        ready = (self._fetching & self._member.assignment) - self._releasing
-        wanted = frozenset(partitions)
-        if wanted:
-            ready &= wanted
-        return frozenset(ready)
-
-    def _rebalancing(self) -> bool:
-        return self._member.rebalance_pending
-
-    async def _poll_member(self, deadline: float) -> None:
-        """The poll part of a fetch call: reset the poll timer, run what is pending; while
-        a rebalance is in progress keep driving it until ``deadline``."""
-        async with self._poll_lock:
-            await self._member.poll(timeout=0)
-            while not self._closing and self._rebalancing():
-                remaining = deadline - self._now()
-                if remaining <= 0:
-                    break
-                await self._member.poll(timeout=remaining)
-            retry = frozenset(self._unpositioned) & self._member.assignment
-            if retry and not self._closing:
-                await self._position(retry)
-        error, self._pending_error = self._pending_error, None
-        if error is not None:
-            raise error
-
-    async def _maybe_auto_commit(self) -> None:
-        due = self._next_auto_commit
-        if not self._auto_commit or due is None or self._now() < due:
-            return
-        self._next_auto_commit = self._now() + self._auto_commit_interval / 1000.0
-        if self._rebalancing():
-            return
-        await self._auto_commit_now(self._deliverable())
-
-    async def _wait_wake(self, timeout: float) -> bool:
-        """Wait until the member has something for poll() (or ``timeout``). True if so."""
-        if timeout <= 0:
-            return False
-        return await self._member.wait_rebalance_pending(timeout)
-
-    async def _fetch(
-        self, partitions: frozenset[TopicPartition], timeout: float, max_records: int | None
-    ) -> _Fetched:
-        """aiokafka's getmany, cut short when a rebalance becomes pending. Cancelling it is
-        safe: aiokafka drains its buffer only after its last await."""
-        kafka = self._check_open()
-        tps = [_aio(tp) for tp in sorted(partitions)]
-        # Buffered records first, without a task: the common case under load.
-        drained: _Fetched = await kafka.getmany(*tps, timeout_ms=0, max_records=max_records)
-        if drained or timeout <= 0:
-            return drained
-        fetch: asyncio.Future[_Fetched] = asyncio.ensure_future(
-            kafka.getmany(*tps, timeout_ms=max(1, int(timeout * 1000)), max_records=max_records)
-        )
-        wake: asyncio.Future[Any] = asyncio.ensure_future(self._member.wait_rebalance_pending())
-        try:
-            waiting: set[asyncio.Future[Any]] = {fetch, wake}
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            wake.cancel()
-            if not fetch.done():
-                fetch.cancel()
-            await asyncio.gather(wake, return_exceptions=True)
-            await asyncio.gather(fetch, return_exceptions=True)
-        if fetch.cancelled():
-            return {}
-        result: _Fetched = fetch.result()
-        return result
-
-    def _hand_out(
-        self, fetched: Mapping[AioTopicPartition, list[ConsumerRecord[Any, Any]]]
-    ) -> dict[TopicPartition, list[ConsumerRecord[Any, Any]]]:
-        """Keep only records the application may see now; remember the positions."""
-        allowed = self._deliverable()
-        out: dict[TopicPartition, list[ConsumerRecord[Any, Any]]] = {}
-        for aio_tp, records in fetched.items():
-            if not records:
-                continue
-            tp = TopicPartition(aio_tp.topic, aio_tp.partition)
-            if tp not in allowed:
-                self._records_dropped += len(records)
-                if tp in self._fetching and self._kafka is not None:
-                    # aiokafka moved past them: go back, so nothing is skipped if kept.
-                    self._kafka.seek(aio_tp, records[0].offset)
-                logger.debug(
-                    "consumer.records_dropped", group=self._config.group_id, partition=str(tp)
-                )
-                continue
-            out[tp] = records
-            self._positions[tp] = records[-1].offset + 1
-            self._records_delivered += len(records)
-        return out
 
     async def getmany(
         self, *partitions: TopicPartition, timeout: float = 0.0, max_records: int | None = None
@@ -648,7 +369,7 @@ class GroupConsumer:
         tps = [self._owned(tp, "pause") for tp in partitions]
         self._paused.update(tps)
         kafka = self._check_open()
-        fetching = [_aio(tp) for tp in tps if tp in self._fetching]
+        fetching = [aio_partition(tp) for tp in tps if tp in self._fetching]
         if fetching:
             kafka.pause(*fetching)
 
@@ -657,7 +378,7 @@ class GroupConsumer:
         tps = [self._owned(tp, "resume") for tp in partitions]
         self._paused.difference_update(tps)
         kafka = self._check_open()
-        fetching = [_aio(tp) for tp in tps if tp in self._fetching]
+        fetching = [aio_partition(tp) for tp in tps if tp in self._fetching]
         if fetching:
             kafka.resume(*fetching)
 
@@ -672,7 +393,7 @@ class GroupConsumer:
         kafka = self._check_open()
         self._positions[part] = offset
         if part in self._fetching:
-            kafka.seek(_aio(part), offset)
+            kafka.seek(aio_partition(part), offset)
         else:
             self._unpositioned.discard(part)
             self._no_offset.discard(part)
@@ -705,30 +426,6 @@ class GroupConsumer:
         part = TopicPartition(tp[0], tp[1])
         found = (await self._member.fetch_committed([part])).get(part)
         return None if found is None or found.offset < 0 else found.offset
-
-    def _normalise(
-        self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]
-    ) -> dict[TopicPartition, OffsetAndMetadata]:
-        if not isinstance(offsets, Mapping):
-            raise TypeError(f"commit: offsets must be a mapping, got {type(offsets).__name__}")
-        out: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, value in offsets.items():
-            if not isinstance(tp, tuple) or len(tp) != 2:
-                raise TypeError(f"commit: keys must be TopicPartition values, got {tp!r}")
-            part = TopicPartition(tp[0], tp[1])
-            if isinstance(value, OffsetAndMetadata):
-                meta = value
-            elif isinstance(value, int) and not isinstance(value, bool):
-                meta = OffsetAndMetadata(value)
-            else:
-                raise TypeError(
-                    f"commit: the offset for {part} must be an int or OffsetAndMetadata, "
-                    f"got {value!r}"
-                )
-            if meta.offset < 0:
-                raise ValueError(f"commit: the offset for {part} must be >= 0, got {meta.offset}")
-            out[part] = meta
-        return out
 
     async def commit(
         self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None
@@ -764,48 +461,3 @@ class GroupConsumer:
                 "another member now (they are reported lost at the next fetch call)"
             )
         await self._commit(targets)
-
-    async def _commit(
-        self, targets: Mapping[TopicPartition, OffsetAndMetadata], *, timeout: float | None = None
-    ) -> None:
-        try:
-            await self._member.commit_offsets(targets, timeout=timeout)
-        except BaseException as exc:
-            self._commits_failed += 1
-            logger.info("consumer.commit_failed", group=self._config.group_id, error=repr(exc))
-            raise
-        self._commits_ok += 1
-        self._last_commit_at = self._now()
-        for tp, meta in targets.items():
-            self._committed[tp] = meta.offset
-        logger.debug(
-            "consumer.committed",
-            group=self._config.group_id,
-            offsets={str(tp): meta.offset for tp, meta in targets.items()},
-        )
-
-    async def _auto_commit_now(
-        self, partitions: Iterable[TopicPartition], *, timeout: float | None = None
-    ) -> None:
-        """Commit the processed positions of ``partitions`` that moved since their last
-        commit. Failures are logged and counted, never raised (auto-commit is best effort:
-        at-least-once delivery covers a failed one)."""
-        targets = {
-            tp: OffsetAndMetadata(self._positions[tp])
-            for tp in partitions
-            if tp in self._positions and self._committed.get(tp) != self._positions[tp]
-        }
-        if not targets:
-            return
-        try:
-            await self._commit(targets, timeout=timeout)
-        except KGroupError as exc:
-            self._auto_commits_failed += 1
-            logger.warning(
-                "consumer.auto_commit_failed",
-                group=self._config.group_id,
-                partitions=sorted(str(tp) for tp in targets),
-                error=repr(exc),
-            )
-            return
-        self._auto_commits_ok += 1

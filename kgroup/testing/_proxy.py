@@ -1,37 +1,36 @@
-"""A fault-injecting TCP proxy for tests: latency, black holes, stalls, resets, refusals.
+"""A fault-injecting TCP proxy for tests (:class:`FaultProxy`: latency, black holes, stalls,
+resets, refusals), and :class:`ProxiedBroker`, a broker paired with the proxy in front of it."""
 
-:class:`FaultProxy` listens on a loopback port and forwards every connection to an upstream
-address (a broker listener). Faults can be switched on and off while connections are open:
-
-* :meth:`~FaultProxy.add_latency`: every chunk is delivered ``seconds`` (plus up to
-  ``jitter``) after it arrived, in order.
-* :meth:`~FaultProxy.black_hole`: connections stay open but the bytes vanish.
-* :meth:`~FaultProxy.stall`: the bytes are held back and delivered, in order, on heal.
-* :meth:`~FaultProxy.cut`: every current connection is reset (RST) at once.
-* :meth:`~FaultProxy.refuse`: the listening socket is closed, so new connects fail with
-  ECONNREFUSED; allowing them again binds the same port.
-* :meth:`~FaultProxy.heal`: everything back to normal, stalled bytes released.
-
-The proxy is asyncio inside but runs its own event loop in a daemon thread that it owns
-and joins on :meth:`~FaultProxy.close`. It therefore keeps forwarding while a test blocks
-its own loop, and it serves sync tests and subprocess clients alike. Every public method
-is synchronous and thread-safe: it hands the change to the proxy's loop and waits until
-it has been applied, so it can be called from sync and async code.
-
-:class:`ProxiedBroker` pairs a broker with the proxy its clients go through (what the
-``proxied_kafka`` / ``proxied_tansu`` fixtures return).
-"""
+# :class:`FaultProxy` listens on a loopback port and forwards every connection to an
+# upstream address (a broker listener). Faults can be switched on and off while connections
+# are open:
+#
+# * :meth:`~FaultProxy.add_latency`: every chunk is delivered ``seconds`` (plus up to
+#   ``jitter``) after it arrived, in order.
+# * :meth:`~FaultProxy.black_hole`: connections stay open but the bytes vanish.
+# * :meth:`~FaultProxy.stall`: the bytes are held back and delivered, in order, on heal.
+# * :meth:`~FaultProxy.cut`: every current connection is reset (RST) at once.
+# * :meth:`~FaultProxy.refuse`: the listening socket is closed, so new connects fail with
+#   ECONNREFUSED; allowing them again binds the same port.
+# * :meth:`~FaultProxy.heal`: everything back to normal, stalled bytes released.
+#
+# The proxy is asyncio inside but runs its own event loop in a daemon thread that it owns
+# and joins on :meth:`~FaultProxy.close`. It therefore keeps forwarding while a test blocks
+# its own loop, and it serves sync tests and subprocess clients alike. Every public method
+# is synchronous and thread-safe: it hands the change to the proxy's loop and waits until
+# it has been applied, so it can be called from sync and async code. The forwarding itself
+# (connections, pipes) is in ``_proxy_pipes``.
+#
+# :class:`ProxiedBroker` pairs a broker with the proxy its clients go through (what the
+# ``proxied_kafka`` / ``proxied_tansu`` fixtures return).
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import functools
-import random
 import socket
-import struct
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from types import TracebackType
 from typing import Any, Generic, Literal, TypeVar
 
 from ._ports import LOOPBACK, Broker
+from ._proxy_pipes import Faults, Pipe, ProxyConnection
 
 __all__ = ["Direction", "FaultProxy", "ProxiedBroker"]
 
@@ -49,13 +49,8 @@ _B = TypeVar("_B", bound=Broker)
 Direction = Literal["upstream", "downstream", "both"]
 _DIRECTIONS: tuple[str, str] = ("upstream", "downstream")
 
-_CHUNK = 64 * 1024
-# Bytes one direction of one connection may hold (stalled or delayed) before the proxy
-# stops reading from the sender, which then feels TCP backpressure.
-_BUFFER_LIMIT = 4 * 1024 * 1024
 _CONNECT_TIMEOUT = 10.0
 _CALL_TIMEOUT = 10.0
-_LINGER_RST = struct.pack("ii", 1, 0)
 
 
 def _directions(direction: Direction) -> tuple[str, ...]:
@@ -64,158 +59,6 @@ def _directions(direction: Direction) -> tuple[str, ...]:
     if direction in _DIRECTIONS:
         return (str(direction),)
     raise ValueError(f"direction must be 'upstream', 'downstream' or 'both', not {direction!r}")
-
-
-def _reset(writer: asyncio.StreamWriter) -> None:
-    """Close a connection abruptly: SO_LINGER 0 makes the close send RST, not FIN."""
-    sock = writer.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
-    writer.transport.abort()
-
-
-class _Faults:
-    """The faults of one direction (only touched on the proxy's loop once it runs)."""
-
-    def __init__(self) -> None:
-        self.latency = 0.0
-        self.jitter = 0.0
-        self.black_hole = False
-        self.stalled = False
-
-    def clear(self) -> None:
-        self.latency = self.jitter = 0.0
-        self.black_hole = self.stalled = False
-
-
-class _Pipe:
-    """One direction of one connection: a read task queues chunks, a write task sends
-    them when they are due and the direction is not stalled. ``None`` queues EOF."""
-
-    def __init__(
-        self,
-        proxy: FaultProxy,
-        direction: str,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-    ) -> None:
-        self.proxy = proxy
-        self.direction = direction
-        self.reader = reader
-        self.writer = writer
-        self.queue: collections.deque[tuple[float, bytes | None]] = collections.deque()
-        self.buffered = 0
-        self.last_due = 0.0
-        self.changed = asyncio.Event()  # for the write task: new chunk or fault change
-        self.space = asyncio.Event()  # for the read task: buffer below the limit
-
-    @property
-    def faults(self) -> _Faults:
-        return self.proxy._faults[self.direction]
-
-    def wake(self) -> None:
-        self.changed.set()
-
-    def release(self) -> None:
-        """Make every queued chunk due now (heal)."""
-        self.queue = collections.deque((0.0, data) for _, data in self.queue)
-        self.last_due = 0.0
-        self.changed.set()
-
-    async def read_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            while self.buffered >= _BUFFER_LIMIT:
-                self.space.clear()
-                await self.space.wait()
-            data = await self.reader.read(_CHUNK)
-            if not data:
-                self.queue.append((loop.time(), None))
-                self.changed.set()
-                return
-            faults = self.faults
-            if faults.black_hole:
-                self.proxy._dropped[self.direction] += len(data)
-                continue
-            delay = faults.latency
-            if faults.jitter > 0:
-                delay += random.uniform(0.0, faults.jitter)
-            due = max(loop.time() + delay, self.last_due)
-            self.last_due = due
-            self.queue.append((due, data))
-            self.buffered += len(data)
-            self.changed.set()
-
-    async def _wait(self, timeout: float | None) -> None:
-        self.changed.clear()
-        if timeout is None:
-            await self.changed.wait()
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(timeout):
-                await self.changed.wait()
-
-    async def write_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            if not self.queue:
-                await self._wait(None)
-                continue
-            due, data = self.queue[0]
-            faults = self.faults
-            if faults.stalled or (data is None and faults.black_hole):
-                await self._wait(None)  # a FIN is held (as if retransmitted) until it heals
-                continue
-            left = due - loop.time()
-            if left > 0:
-                await self._wait(left)
-                continue
-            self.queue.popleft()
-            if data is None:
-                if self.writer.can_write_eof():
-                    with contextlib.suppress(OSError):
-                        self.writer.write_eof()
-                return
-            self.buffered -= len(data)
-            self.space.set()
-            self.writer.write(data)
-            await self.writer.drain()
-            self.proxy._forwarded[self.direction] += len(data)
-
-
-class _Connection:
-    """A proxied connection: the accepted socket (until a stream owns it), the client's
-    and the upstream streams, the pipes and the task that runs them."""
-
-    def __init__(self, sock: socket.socket, peer: Any) -> None:
-        self.sock: socket.socket | None = sock
-        self.peer: tuple[str, int] = (str(peer[0]), int(peer[1]))
-        self.writers: list[asyncio.StreamWriter] = []
-        self.pipes: list[_Pipe] = []
-        self.task: asyncio.Task[None] | None = None
-        self.aborted = False
-
-    def reset(self) -> None:
-        """RST both sides now; queued bytes are dropped."""
-        self.aborted = True
-        for writer in self.writers:
-            _reset(writer)
-
-    def close(self) -> None:
-        """Close both sides gracefully (after what is still buffered)."""
-        for writer in self.writers:
-            writer.close()
-
-    def drop_socket(self) -> None:
-        """Close the accepted socket if no stream took it over (the task was cancelled
-        before or while wrapping it). A no-op when a transport already closed it."""
-        sock, self.sock = self.sock, None
-        if sock is not None:
-            if self.aborted:
-                with contextlib.suppress(OSError):
-                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RST)
-            sock.close()
 
 
 class FaultProxy:
@@ -244,12 +87,12 @@ class FaultProxy:
         self._wanted_port = port
         self._port: int | None = None
         self._upstream = upstream
-        self._faults: dict[str, _Faults] = {d: _Faults() for d in _DIRECTIONS}
+        self._faults: dict[str, Faults] = {d: Faults() for d in _DIRECTIONS}
         self._refusing = False
         self._forwarded: dict[str, int] = dict.fromkeys(_DIRECTIONS, 0)
         self._dropped: dict[str, int] = dict.fromkeys(_DIRECTIONS, 0)
         self._accepted = 0
-        self._conns: set[_Connection] = set()
+        self._conns: set[ProxyConnection] = set()
         self._lock = threading.Lock()  # start/close
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -411,17 +254,29 @@ class FaultProxy:
             except OSError:  # ECONNABORTED, EMFILE, ...: try again on the next wakeup
                 return
             sock.setblocking(False)
-            conn = _Connection(sock, peer)
+            conn = ProxyConnection(sock, peer)
             self._conns.add(conn)
             self._accepted += 1
             conn.task = loop.create_task(self._forward(conn), name=f"{self.name}-{peer[1]}")
             conn.task.add_done_callback(functools.partial(self._finished, conn))
 
-    def _finished(self, conn: _Connection, task: asyncio.Task[None]) -> None:
+    def _pipe(
+        self, direction: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> Pipe:
+        return Pipe(
+            direction,
+            reader,
+            writer,
+            faults=self._faults[direction],
+            forwarded=self._forwarded,
+            dropped=self._dropped,
+        )
+
+    def _finished(self, conn: ProxyConnection, task: asyncio.Task[None]) -> None:
         conn.drop_socket()
         self._conns.discard(conn)
 
-    async def _forward(self, conn: _Connection) -> None:
+    async def _forward(self, conn: ProxyConnection) -> None:
         tasks: list[asyncio.Task[None]] = []
         failed = False
         try:
@@ -441,8 +296,8 @@ class FaultProxy:
                 return
             conn.writers.append(server_writer)
             conn.pipes = [
-                _Pipe(self, "upstream", client_reader, server_writer),
-                _Pipe(self, "downstream", server_reader, client_writer),
+                self._pipe("upstream", client_reader, server_writer),
+                self._pipe("downstream", server_reader, client_writer),
             ]
             for pipe in conn.pipes:
                 tasks.append(asyncio.create_task(pipe.read_loop()))

@@ -44,7 +44,8 @@ import aiokafka.protocol.admin as aiokafka_admin
 import aiokafka.protocol.metadata as aiokafka_metadata
 from aiokafka.protocol.types import Int16, Int32, UnsignedVarInt32
 
-from kgroup._protocol._schemas import FLEXIBLE_FROM, REQUEST_STRUCTS, SUPPORTED_VERSIONS
+from kgroup._protocol._schemas import REQUEST_STRUCTS
+from kgroup._protocol._versions import FLEXIBLE_FROM, SUPPORTED_VERSIONS
 
 __all__ = [
     "API_VERSIONS",

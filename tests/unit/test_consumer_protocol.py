@@ -41,7 +41,9 @@ from kgroup._core._messages import (
 )
 from kgroup._errors import LocalProtocolError, RemoteProtocolError
 from kgroup._protocol import API_NAMES, SUPPORTED_VERSIONS, from_wire
-from kgroup._protocol._schemas import FLEXIBLE_FROM, REQUEST_STRUCTS, parse_response_header
+from kgroup._protocol._primitives import parse_response_header
+from kgroup._protocol._schemas import REQUEST_STRUCTS
+from kgroup._protocol._versions import FLEXIBLE_FROM
 
 TP = TopicPartition
 

@@ -1,97 +1,41 @@
-"""Translate kgroup's version-free group messages to and from aiokafka wire structs.
+"""Decode the broker's group responses: ``from_wire`` turns a decoded response struct into a
+version-free response value, filling the fields its version cannot carry with their defaults."""
 
-The sans-I/O core decides *what* to send as frozen values (``kgroup._core._messages``). This
-module decides *how*: ``to_wire`` wraps a request value in a ``WireRequest``, an aiokafka
-``Request`` builder, and ``AIOKafkaConnection.send`` calls its ``prepare(conn._versions)``,
-which picks the highest version both kgroup and the broker support (spec section 4.0) and
-builds that version's struct (``kgroup._protocol._schemas``). When the answer arrives,
-``from_wire`` turns the decoded response struct back into a response value, filling the
-fields the negotiated version cannot carry with their documented defaults.
-
-Errors, and who is to blame:
-
-* ``UnsupportedVersion``, from ``prepare``: no version in common, the broker does not offer
-  the API, or the request needs a newer version than the broker has (a ``group_instance_id``
-  needs JoinGroup v5, SyncGroup v3, Heartbeat v3 or LeaveGroup v3). Never aiokafka's
-  ``NotImplementedError`` or ``IncompatibleBrokerVersion``.
-* ``LocalProtocolError``, from encoding: kgroup passed a value the schema cannot carry (an
-  int32 out of range, a string longer than 32767 bytes).
-* ``RemoteProtocolError``, from decoding or ``from_wire``: the broker's answer does not fit
-  the schema (a null where none is allowed, a FindCoordinator v4+ answer without exactly
-  one coordinator, bytes that cannot be decoded or are left over), or a successful
-  FindCoordinator answer names no usable address (an empty host, a port outside 1-65535).
-
-Fields dropped silently when the version cannot carry them, as the Java client does:
-JoinGroup ``reason`` below v8, SyncGroup ``protocol_type``/``protocol_name`` below v5,
-LeaveGroup ``reason`` below v5. Reasons longer than 255 characters are truncated (KIP-800,
-``JoinGroupRequest.maybeTruncateReason``).
-"""
+# ``RemoteProtocolError``, from ``from_wire``: the broker's answer does not fit the schema (a
+# null where none is allowed, a FindCoordinator v4+ answer without exactly one coordinator),
+# or a successful FindCoordinator answer names no usable address (an empty host, a port
+# outside 1-65535). Bytes that cannot be decoded, or are left over, fail earlier, in the
+# response structs themselves (``kgroup._protocol._schemas``).
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
-from aiokafka.protocol.api import Request, RequestStruct, Response
+from aiokafka.protocol.api import Response
 
 from kgroup._core._messages import (
     DescribedGroup,
     DescribedMember,
-    DescribeGroupsRequest,
     DescribeGroupsResponse,
     FetchedOffset,
-    FindCoordinatorRequest,
     FindCoordinatorResponse,
-    HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupMember,
-    JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupMemberResult,
-    LeaveGroupRequest,
     LeaveGroupResponse,
     ListedGroup,
-    ListGroupsRequest,
     ListGroupsResponse,
-    OffsetCommitRequest,
     OffsetCommitResponse,
-    OffsetFetchRequest,
     OffsetFetchResponse,
-    SyncGroupRequest,
     SyncGroupResponse,
 )
-from kgroup._errors import LocalProtocolError, RemoteProtocolError, UnsupportedVersion
-from kgroup._protocol._schemas import (
-    API_NAMES,
-    REQUEST_STRUCTS,
-    SUPPORTED_VERSIONS,
-    api_label,
-)
+from kgroup._errors import RemoteProtocolError
+from kgroup._protocol._versions import api_label
 
-__all__ = [
-    "API_NAMES",
-    "MAX_REASON_LENGTH",
-    "STATIC_MEMBERSHIP_VERSIONS",
-    "SUPPORTED_VERSIONS",
-    "GroupRequest",
-    "GroupResponse",
-    "WireRequest",
-    "choose_version",
-    "from_wire",
-    "to_wire",
-]
+__all__ = ["GroupResponse", "from_wire"]
 
-GroupRequest: TypeAlias = (
-    FindCoordinatorRequest
-    | JoinGroupRequest
-    | SyncGroupRequest
-    | HeartbeatRequest
-    | LeaveGroupRequest
-    | OffsetCommitRequest
-    | OffsetFetchRequest
-    | DescribeGroupsRequest
-    | ListGroupsRequest
-)
 GroupResponse: TypeAlias = (
     FindCoordinatorResponse
     | JoinGroupResponse
@@ -104,308 +48,7 @@ GroupResponse: TypeAlias = (
     | ListGroupsResponse
 )
 
-#: The first version of each API that carries ``group_instance_id`` (KIP-345).
-STATIC_MEMBERSHIP_VERSIONS: Final[dict[int, int]] = {8: 7, 11: 5, 12: 3, 13: 3, 14: 3}
-
-#: Brokers keep at most this many characters of a JoinGroup or LeaveGroup reason (KIP-800).
-MAX_REASON_LENGTH: Final = 255
-
-_GROUP_KEY_TYPE: Final = 0  # FindCoordinator key_type: 0 = group, 1 = transaction, 2 = share
 _MAX_PORT: Final = 65535
-
-
-def choose_version(api_key: int, broker_range: tuple[int, int]) -> int:
-    """The highest version of ``api_key`` that both kgroup and the broker support.
-
-    ``broker_range`` is the broker's inclusive ``(min, max)`` from ApiVersions. Raises
-    ``UnsupportedVersion`` when the ranges do not overlap, and ``LocalProtocolError`` for an
-    API key kgroup does not speak (a bug in the caller).
-    """
-    version = _highest_common(api_key, broker_range)
-    if version is None:
-        name = API_NAMES[api_key]
-        raise UnsupportedVersion(f"{name}: {_no_common(api_key, broker_range)}", api=name)
-    return version
-
-
-def _highest_common(api_key: int, broker_range: tuple[int, int]) -> int | None:
-    ours = SUPPORTED_VERSIONS.get(api_key)
-    if ours is None:
-        raise LocalProtocolError(f"kgroup does not implement API key {api_key}")
-    high = min(ours[1], broker_range[1])
-    return high if high >= max(ours[0], broker_range[0]) else None
-
-
-def _no_common(api_key: int, broker_range: tuple[int, int]) -> str:
-    low, high = SUPPORTED_VERSIONS[api_key]
-    return (
-        f"no version in common: the broker supports v{broker_range[0]}-v{broker_range[1]}, "
-        f"kgroup v{low}-v{high}"
-    )
-
-
-class WireRequest(Request[RequestStruct]):  # type: ignore[misc]  # aiokafka is untyped
-    """An aiokafka ``Request`` builder for one kgroup request value.
-
-    ``API_KEY`` is set per instance (one builder class serves the five APIs).
-    ``prepare(versions)`` negotiates against the connection's ApiVersions ranges and returns
-    the struct to send; ``build(cls)`` fills a given struct class. ``fields`` holds every
-    field any version may need, by wire name; each version takes the ones its schema lists.
-    """
-
-    API_KEY = -1  # replaced per instance; aiokafka requires the class attribute to exist
-
-    def __init__(
-        self,
-        api_key: int,
-        fields: Mapping[str, Any],
-        *,
-        group_id: str,
-        member_id: str = "",
-        min_version: int = 0,
-        needs: str = "",
-    ) -> None:
-        self.API_KEY = api_key
-        self.api_name = API_NAMES[api_key]
-        self.fields = fields
-        self.group_id = group_id
-        self.member_id = member_id
-        self.min_version = min_version
-        self.needs = needs
-
-    def __repr__(self) -> str:
-        return f"<WireRequest {self.api_name} group={self.group_id!r}>"
-
-    def prepare(self, versions: Mapping[int, tuple[int, int]]) -> Any:
-        """Build the struct of the highest version both sides support.
-
-        Raises ``UnsupportedVersion`` if the broker lacks the API, shares no version with
-        kgroup, or cannot carry what this request needs (``min_version``).
-        """
-        broker = versions.get(self.API_KEY)
-        if broker is None:
-            low, high = SUPPORTED_VERSIONS[self.API_KEY]
-            raise self._unsupported(
-                f"the broker does not offer this API (API key {self.API_KEY}); "
-                f"kgroup needs v{low}-v{high}"
-            )
-        version = _highest_common(self.API_KEY, broker)
-        if version is None:
-            raise self._unsupported(_no_common(self.API_KEY, broker))
-        if version < self.min_version:
-            raise self._unsupported(
-                f"{self.needs} needs v{self.min_version} or later, "
-                f"but the broker supports v{broker[0]}-v{broker[1]}"
-            )
-        return self.build(REQUEST_STRUCTS[self.API_KEY][version])
-
-    def build(self, request_struct_class: type[Any]) -> Any:
-        """Fill ``request_struct_class`` with the fields its schema lists."""
-        label = api_label(self.API_KEY, request_struct_class.API_VERSION)
-        return request_struct_class(*_fill(request_struct_class.SCHEMA, self.fields, label))
-
-    def _unsupported(self, problem: str) -> UnsupportedVersion:
-        return UnsupportedVersion(
-            f"{self.api_name}: {problem}",
-            group_id=self.group_id,
-            member_id=self.member_id,
-            api=self.api_name,
-        )
-
-
-def _fill(schema: Any, fields: Mapping[str, Any], label: str) -> list[Any]:
-    """The values of ``schema``'s fields, in order; array elements become tuples.
-
-    Every ``tags`` slot gets ``{}``: aiokafka's ``TaggedFields.encode`` cannot encode more.
-    """
-    row: list[Any] = []
-    for name, kind in zip(schema.names, schema.fields, strict=True):
-        if name == "tags":
-            row.append({})
-            continue
-        if name not in fields:
-            raise LocalProtocolError(f"{label} request: no value for field {name!r}")
-        value = fields[name]
-        element = getattr(kind, "array_of", None)
-        if element is not None and hasattr(element, "names") and value is not None:
-            value = [tuple(_fill(element, item, label)) for item in value]
-        row.append(value)
-    return row
-
-
-def _truncate_reason(reason: str | None) -> str | None:
-    return None if reason is None else reason[:MAX_REASON_LENGTH]
-
-
-def to_wire(request: GroupRequest) -> WireRequest:
-    """An aiokafka request builder for ``request``; the version is chosen at ``prepare``."""
-    match request:
-        case FindCoordinatorRequest():
-            return WireRequest(
-                10,
-                {
-                    "key": request.group_id,
-                    "key_type": _GROUP_KEY_TYPE,
-                    "coordinator_keys": [request.group_id],
-                },
-                group_id=request.group_id,
-            )
-        case JoinGroupRequest():
-            return _with_instance_id(
-                11,
-                request.group_instance_id,
-                {
-                    "group_id": request.group_id,
-                    "session_timeout_ms": request.session_timeout_ms,
-                    "rebalance_timeout_ms": request.rebalance_timeout_ms,
-                    "member_id": request.member_id,
-                    "group_instance_id": request.group_instance_id,
-                    "protocol_type": request.protocol_type,
-                    "protocols": [
-                        {"name": name, "metadata": metadata} for name, metadata in request.protocols
-                    ],
-                    "reason": _truncate_reason(request.reason),
-                },
-                group_id=request.group_id,
-                member_id=request.member_id,
-            )
-        case SyncGroupRequest():
-            return _with_instance_id(
-                14,
-                request.group_instance_id,
-                {
-                    "group_id": request.group_id,
-                    "generation_id": request.generation_id,
-                    "member_id": request.member_id,
-                    "group_instance_id": request.group_instance_id,
-                    "protocol_type": request.protocol_type,
-                    "protocol_name": request.protocol_name,
-                    "assignments": [
-                        {"member_id": member_id, "assignment": assignment}
-                        for member_id, assignment in request.assignments
-                    ],
-                },
-                group_id=request.group_id,
-                member_id=request.member_id,
-            )
-        case HeartbeatRequest():
-            return _with_instance_id(
-                12,
-                request.group_instance_id,
-                {
-                    "group_id": request.group_id,
-                    "generation_id": request.generation_id,
-                    "member_id": request.member_id,
-                    "group_instance_id": request.group_instance_id,
-                },
-                group_id=request.group_id,
-                member_id=request.member_id,
-            )
-        case LeaveGroupRequest():
-            return _with_instance_id(
-                13,
-                request.group_instance_id,
-                {
-                    "group_id": request.group_id,
-                    "member_id": request.member_id,
-                    "members": [
-                        {
-                            "member_id": request.member_id,
-                            "group_instance_id": request.group_instance_id,
-                            "reason": _truncate_reason(request.reason),
-                        }
-                    ],
-                },
-                group_id=request.group_id,
-                member_id=request.member_id,
-            )
-        case OffsetCommitRequest():
-            return _with_instance_id(
-                8,
-                request.group_instance_id,
-                {
-                    "group_id": request.group_id,
-                    "generation_id_or_member_epoch": request.generation_id,
-                    "member_id": request.member_id,
-                    "group_instance_id": request.group_instance_id,
-                    "retention_time_ms": -1,  # the broker's default retention
-                    "topics": [
-                        {
-                            "name": topic,
-                            "partitions": [
-                                {
-                                    "partition_index": p.partition,
-                                    "committed_offset": p.offset,
-                                    "committed_leader_epoch": p.leader_epoch,
-                                    "committed_metadata": p.metadata,
-                                }
-                                for p in request.partitions
-                                if p.topic == topic
-                            ],
-                        }
-                        for topic in dict.fromkeys(p.topic for p in request.partitions)
-                    ],
-                },
-                group_id=request.group_id,
-                member_id=request.member_id,
-            )
-        case OffsetFetchRequest():
-            wanted = request.partitions
-            topics = (
-                None
-                if wanted is None
-                else [
-                    {"name": topic, "partition_indexes": [p for t, p in wanted if t == topic]}
-                    for topic in dict.fromkeys(t for t, _ in wanted)
-                ]
-            )
-            return WireRequest(
-                9,
-                {
-                    "group_id": request.group_id,
-                    "topics": topics,
-                    "groups": [{"group_id": request.group_id, "topics": topics}],
-                    "require_stable": request.require_stable,
-                },
-                group_id=request.group_id,
-                # "all partitions" (null topics) needs v2
-                min_version=2 if wanted is None else 0,
-                needs="fetching every committed offset of a group",
-            )
-        case DescribeGroupsRequest():
-            return WireRequest(
-                15,
-                {"groups": list(request.group_ids), "include_authorized_operations": False},
-                group_id=",".join(request.group_ids),
-            )
-        case ListGroupsRequest():
-            return WireRequest(16, {"states_filter": []}, group_id="")
-        case _:
-            raise TypeError(f"not a kgroup group request: {type(request).__name__}")
-
-
-def _with_instance_id(
-    api_key: int,
-    group_instance_id: str | None,
-    fields: Mapping[str, Any],
-    *,
-    group_id: str,
-    member_id: str,
-) -> WireRequest:
-    """A builder that refuses versions too old for a set ``group_instance_id``."""
-    if group_instance_id is None:
-        return WireRequest(api_key, fields, group_id=group_id, member_id=member_id)
-    return WireRequest(
-        api_key,
-        fields,
-        group_id=group_id,
-        member_id=member_id,
-        min_version=STATIC_MEMBERSHIP_VERSIONS[api_key],
-        needs="group_instance_id (static membership)",
-    )
-
-
-# --- Decoding -------------------------------------------------------------------------------
 
 _MISSING: Final = object()
 

@@ -1,0 +1,141 @@
+"""The fetch loop under :class:`~kgroup.GroupConsumer`'s fetch calls: polling the member,
+waiting for records or a rebalance, and handing out only records the member may deliver."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import ConsumerRecord
+from aiokafka.structs import TopicPartition as AioTopicPartition
+
+from .._core._consumer_protocol import TopicPartition
+from .._errors import UsageError
+from .._log import logger
+from ._consumer_assignment import _ConsumerAssignment, aio_partition
+
+__all__: list[str] = []
+
+_Fetched = dict[AioTopicPartition, list[ConsumerRecord[Any, Any]]]
+
+
+class _ConsumerFetch(_ConsumerAssignment):
+    """The fetch layer of :class:`~kgroup.GroupConsumer`."""
+
+    _started: bool
+    _closing: bool
+    _poll_lock: asyncio.Lock
+    _poll_slice: float
+    _records_delivered: int
+    _records_dropped: int
+
+    def _check_open(self) -> AIOKafkaConsumer:
+        if self._kafka is None or not self._started:
+            raise UsageError("GroupConsumer is not started: use 'async with' or await start()")
+        if self._closed or self._closing:
+            raise UsageError("GroupConsumer is closed")
+        return self._kafka
+
+    def _lease_holds(self) -> bool:
+        valid_until = self._member.valid_until
+        return valid_until is not None and self._now() < valid_until
+
+    def _deliverable(self, partitions: Iterable[TopicPartition] = ()) -> frozenset[TopicPartition]:
+        """Partitions whose records may be handed to the application right now."""
+        if not self._lease_holds():
+            return frozenset()
+        ready = (self._fetching & self._member.assignment) - self._releasing
+        wanted = frozenset(partitions)
+        if wanted:
+            ready &= wanted
+        return frozenset(ready)
+
+    def _rebalancing(self) -> bool:
+        return self._member.rebalance_pending
+
+    async def _poll_member(self, deadline: float) -> None:
+        """The poll part of a fetch call: reset the poll timer, run what is pending; while
+        a rebalance is in progress keep driving it until ``deadline``."""
+        async with self._poll_lock:
+            await self._member.poll(timeout=0)
+            while not self._closing and self._rebalancing():
+                remaining = deadline - self._now()
+                if remaining <= 0:
+                    break
+                await self._member.poll(timeout=remaining)
+            retry = frozenset(self._unpositioned) & self._member.assignment
+            if retry and not self._closing:
+                await self._position(retry)
+        error, self._pending_error = self._pending_error, None
+        if error is not None:
+            raise error
+
+    async def _maybe_auto_commit(self) -> None:
+        due = self._next_auto_commit
+        if not self._auto_commit or due is None or self._now() < due:
+            return
+        self._next_auto_commit = self._now() + self._auto_commit_interval / 1000.0
+        if self._rebalancing():
+            return
+        await self._auto_commit_now(self._deliverable())
+
+    async def _wait_wake(self, timeout: float) -> bool:
+        """Wait until the member has something for poll() (or ``timeout``). True if so."""
+        if timeout <= 0:
+            return False
+        return await self._member.wait_rebalance_pending(timeout)
+
+    async def _fetch(
+        self, partitions: frozenset[TopicPartition], timeout: float, max_records: int | None
+    ) -> _Fetched:
+        """aiokafka's getmany, cut short when a rebalance becomes pending. Cancelling it is
+        safe: aiokafka drains its buffer only after its last await."""
+        kafka = self._check_open()
+        tps = [aio_partition(tp) for tp in sorted(partitions)]
+        # Buffered records first, without a task: the common case under load.
+        drained: _Fetched = await kafka.getmany(*tps, timeout_ms=0, max_records=max_records)
+        if drained or timeout <= 0:
+            return drained
+        fetch: asyncio.Future[_Fetched] = asyncio.ensure_future(
+            kafka.getmany(*tps, timeout_ms=max(1, int(timeout * 1000)), max_records=max_records)
+        )
+        wake: asyncio.Future[Any] = asyncio.ensure_future(self._member.wait_rebalance_pending())
+        try:
+            waiting: set[asyncio.Future[Any]] = {fetch, wake}
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            wake.cancel()
+            if not fetch.done():
+                fetch.cancel()
+            await asyncio.gather(wake, return_exceptions=True)
+            await asyncio.gather(fetch, return_exceptions=True)
+        if fetch.cancelled():
+            return {}
+        result: _Fetched = fetch.result()
+        return result
+
+    def _hand_out(
+        self, fetched: Mapping[AioTopicPartition, list[ConsumerRecord[Any, Any]]]
+    ) -> dict[TopicPartition, list[ConsumerRecord[Any, Any]]]:
+        """Keep only records the application may see now; remember the positions."""
+        allowed = self._deliverable()
+        out: dict[TopicPartition, list[ConsumerRecord[Any, Any]]] = {}
+        for aio_tp, records in fetched.items():
+            if not records:
+                continue
+            tp = TopicPartition(aio_tp.topic, aio_tp.partition)
+            if tp not in allowed:
+                self._records_dropped += len(records)
+                if tp in self._fetching and self._kafka is not None:
+                    # aiokafka moved past them: go back, so nothing is skipped if kept.
+                    self._kafka.seek(aio_tp, records[0].offset)
+                logger.debug(
+                    "consumer.records_dropped", group=self._config.group_id, partition=str(tp)
+                )
+                continue
+            out[tp] = records
+            self._positions[tp] = records[-1].offset + 1
+            self._records_delivered += len(records)
+        return out
