@@ -63,6 +63,7 @@ from _fake_broker import (
 from kgroup import GroupConfig, TopicPartition, UnexpectedBrokerError
 from kgroup._core._state import MemberState
 from kgroup.testing import MemberGroup, MemberRunner
+from tests.integration.conftest import group_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -129,9 +130,6 @@ class Scene:
 
     def config(self, **overrides: Any) -> GroupConfig:
         fields: dict[str, Any] = {
-            "bootstrap_servers": self.broker.bootstrap,
-            "group_id": "g-malformed",
-            "topics": [TOPIC],
             "session_timeout_ms": SESSION_TIMEOUT_MS,
             "heartbeat_interval_ms": 200,
             "request_timeout_ms": REQUEST_TIMEOUT_MS,
@@ -141,7 +139,7 @@ class Scene:
             "close_timeout_ms": 3000,
         }
         fields.update(overrides)
-        return GroupConfig(**fields)
+        return group_config(self.broker, "g-malformed", TOPIC, **fields)
 
     async def start(self, **overrides: Any) -> MemberRunner:
         runner = await self.group.start(self.config(**overrides))

@@ -39,6 +39,7 @@ import structlog
 from kgroup import GroupAuthorizationFailed, GroupConfig, GroupMember, MemberState
 from kgroup.testing import MockCluster, MockRequest
 from kgroup.testing._members import MemberGroup, MemberRunner, covered
+from tests.integration.conftest import HEARTBEAT_MS, SESSION_MS, group_config
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
 COORDINATOR_APIS = (JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP)
@@ -60,8 +61,6 @@ NAMES = {
     REBALANCE_IN_PROGRESS: "REBALANCE_IN_PROGRESS",
 }
 
-SESSION_MS = 6_000
-HEARTBEAT_MS = 500
 # Join/sync tests: every case costs one or two mock rebalances of SESSION_MS - 1000 each
 # and nothing in them depends on the session length, so they use a shorter session.
 REJOIN_SESSION_MS = 3_000
@@ -71,20 +70,6 @@ SLOW_BACKOFF_MS = 1_000
 # A rebalance on the mock waits SESSION_MS - 1000; the ghost cases add a session expiry
 # and a second rebalance. Deadlines are generous multiples of that.
 DEADLINE = 60.0
-
-
-def config(cluster: MockCluster, group: str, topic: str, **overrides: Any) -> GroupConfig:
-    values: dict[str, Any] = {
-        "bootstrap_servers": cluster.bootstrap,
-        "group_id": group,
-        "topics": [topic],
-        "session_timeout_ms": SESSION_MS,
-        "heartbeat_interval_ms": HEARTBEAT_MS,
-        "max_poll_interval_ms": 30_000,
-        "request_timeout_ms": 10_000,
-    }
-    values.update(overrides)
-    return GroupConfig(**values)
 
 
 # --- what kgroup logged --------------------------------------------------------------------
@@ -199,7 +184,7 @@ async def test_coordinator_move_while_stable_keeps_the_generation(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         old = coordinator_broker(mock_cluster)
         assert all(e["node_id"] == old for e in logs.find("member.coordinator_found"))
@@ -295,7 +280,7 @@ async def test_heartbeat_coordinator_error_rediscovers_without_rebalance(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         coordinator = coordinator_broker(mock_cluster)
         victim, before, mark, mark_us = await inject_heartbeat_error(
@@ -334,7 +319,7 @@ async def test_heartbeat_rebalance_in_progress_rejoins_with_the_same_member_id(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         victim, before, mark, mark_us = await inject_heartbeat_error(
             group, mock_cluster, logs, runners, REBALANCE_IN_PROGRESS
@@ -383,7 +368,7 @@ async def test_heartbeat_generation_error_reports_lost_and_rejoins(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         victim, before, mark, mark_us = await inject_heartbeat_error(
             group, mock_cluster, logs, runners, code
@@ -458,7 +443,7 @@ async def test_join_group_error_on_rejoin(
     topic = make_topic(3)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(
+        cfg = group_config(
             mock_cluster,
             unique_group,
             topic,
@@ -540,7 +525,7 @@ async def test_sync_group_error_restarts_from_join_group(
     mock_cluster.start_request_tracking()
     mock_cluster.push_request_errors(SYNC_GROUP, code)
     async with MemberGroup() as group:
-        cfg = config(
+        cfg = group_config(
             mock_cluster,
             unique_group,
             topic,
@@ -592,7 +577,7 @@ async def test_join_group_authorization_failure_is_raised_from_poll(
     topic = make_topic(2)
     mock_cluster.start_request_tracking()
     mock_cluster.push_request_errors(JOIN_GROUP, GROUP_AUTHORIZATION_FAILED)
-    async with GroupMember(config(mock_cluster, unique_group, topic)) as member:
+    async with GroupMember(group_config(mock_cluster, unique_group, topic)) as member:
         with pytest.raises(GroupAuthorizationFailed) as raised:
             await member.poll(timeout=30)
         assert raised.value.api == "JoinGroup"
@@ -612,7 +597,7 @@ async def test_find_coordinator_authorization_failure_is_raised_without_join(
     topic = make_topic(2)
     mock_cluster.start_request_tracking()
     mock_cluster.push_request_errors(FIND_COORDINATOR, GROUP_AUTHORIZATION_FAILED)
-    async with GroupMember(config(mock_cluster, unique_group, topic)) as member:
+    async with GroupMember(group_config(mock_cluster, unique_group, topic)) as member:
         with pytest.raises(GroupAuthorizationFailed) as raised:
             await member.poll(timeout=30)
         assert raised.value.api == "FindCoordinator"
@@ -634,7 +619,7 @@ async def test_short_coordinator_outage_keeps_the_generation(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         coordinator = coordinator_broker(mock_cluster)
         before = {r.name: snapshot(r) for r in runners}
@@ -681,7 +666,7 @@ async def test_coordinator_outage_longer_than_the_session_loses_and_rejoins(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         coordinator = coordinator_broker(mock_cluster)
         before = {r.name: snapshot(r) for r in runners}
@@ -746,7 +731,7 @@ async def test_heartbeat_load_in_progress_backs_off_and_keeps_membership(
     failures = 5
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         (runner,) = await stable_group(group, mock_cluster, cfg, topic, 2, 1)
         before = snapshot(runner)
         mark, mark_us = time.monotonic(), now_us()
@@ -789,7 +774,7 @@ async def test_heartbeats_failing_past_the_session_rediscover_then_lose_the_gene
     topic = make_topic(2)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         (runner,) = await stable_group(group, mock_cluster, cfg, topic, 2, 1)
         await group.wait_until(
             lambda: logs.has("member.heartbeat_ok"), timeout=30, what="a heartbeat"
@@ -869,7 +854,7 @@ async def test_errors_on_the_first_join_are_retried(
     mock_cluster.push_request_errors(api, code)
     async with MemberGroup() as group:
         (member,) = await stable_group(
-            group, mock_cluster, config(mock_cluster, unique_group, topic), topic, 4, 1
+            group, mock_cluster, group_config(mock_cluster, unique_group, topic), topic, 4, 1
         )
         assert len(tracked(mock_cluster, JOIN_GROUP)) >= 2  # the failed attempt + a retry
         if code in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE):

@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from kgroup import (
     CommitFailed,
-    GroupConfig,
     GroupMember,
     MemberState,
     OffsetAndMetadata,
@@ -25,25 +23,12 @@ from kgroup import (
 )
 from kgroup._runtime._offsets import commit_offsets, fetch_committed
 from kgroup.testing import Broker
+from tests.integration.conftest import group_config
 
 both_brokers = pytest.mark.parametrize("broker", ["kafka", "tansu"], indirect=True)
 # The generation-dependent cases run on Kafka only: the reference broker, and each tansu
 # rejoin costs half a session timeout (the default run stays within its time budget).
 kafka_only = pytest.mark.parametrize("broker", ["kafka"], indirect=True)
-
-
-def config(broker: Broker, group: str, topic: str, **overrides: Any) -> GroupConfig:
-    values: dict[str, Any] = {
-        "bootstrap_servers": broker.bootstrap,
-        "group_id": group,
-        "topics": [topic],
-        "session_timeout_ms": 6_000,
-        "heartbeat_interval_ms": 500,
-        "max_poll_interval_ms": 30_000,
-        "request_timeout_ms": 10_000,
-    }
-    values.update(overrides)
-    return GroupConfig(**values)
 
 
 async def poll_until(member: GroupMember, done: Callable[[], bool], what: str) -> None:
@@ -59,7 +44,7 @@ async def test_commit_then_fetch_round_trip(
 ) -> None:
     topic = make_topic(3)
     tps = [TopicPartition(topic, p) for p in range(3)]
-    async with GroupMember(config(broker, unique_group, topic)) as member:
+    async with GroupMember(group_config(broker, unique_group, topic)) as member:
         await poll_until(member, lambda: len(member.assignment) == 3, "assigned")
         assert await fetch_committed(member, tps) == dict.fromkeys(tps)
         await commit_offsets(member, {tps[0]: OffsetAndMetadata(42, "note"), tps[1]: 7})
@@ -79,7 +64,7 @@ async def test_commit_from_revoke_callback_reaches_the_next_owner(
     """§9.2: under eager rebalancing the revoke callback commits before JoinGroup, with the
     generation it still holds; the broker accepts it and the new owner fetches it."""
     topic = make_topic(2)
-    cfg = config(broker, unique_group, topic)
+    cfg = group_config(broker, unique_group, topic)
     commits: list[tuple[MemberState, int]] = []
 
     class CommitOnRevoke:
@@ -130,7 +115,7 @@ async def test_commit_after_losing_the_generation_raises_commit_failed(
     timeout and the broker evicted it) gets CommitFailed; nothing is stored."""
     topic = make_topic(1)
     tp = TopicPartition(topic, 0)
-    cfg = config(broker, unique_group, topic, session_timeout_ms=6_000)
+    cfg = group_config(broker, unique_group, topic, session_timeout_ms=6_000)
     async with GroupMember(cfg) as member:
         await poll_until(member, lambda: member.assignment == {tp}, "assigned")
         # Lose the generation the way the broker would make us: reset it as an
@@ -152,7 +137,7 @@ async def test_commit_while_rebalancing_raises_rebalance_in_progress(
     fails locally with RebalanceInProgress; after the rebalance completes it succeeds."""
     topic = make_topic(1)
     tp = TopicPartition(topic, 0)
-    cfg = config(broker, unique_group, topic)
+    cfg = group_config(broker, unique_group, topic)
     async with GroupMember(cfg) as member:
         await poll_until(member, lambda: member.assignment == {tp}, "assigned")
         member._core_call(lambda core: core.request_rejoin("test"))

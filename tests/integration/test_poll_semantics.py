@@ -4,27 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import structlog
 
-from kgroup import GroupConfig, GroupMember, MemberState
+from kgroup import GroupMember, MemberState
+from kgroup._config import DEFAULT_MAX_POLL_INTERVAL_MS, DEFAULT_REQUEST_TIMEOUT_MS
 from kgroup.testing import KafkaBroker, TansuBroker
 from kgroup.testing._members import MemberGroup, covered
+from tests.integration.conftest import group_config
 
-
-def cfg(bootstrap: str, group: str, topic: str, **kw: Any) -> GroupConfig:
-    values: dict[str, Any] = dict(
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        topics=[topic],
-        session_timeout_ms=6_000,
-        heartbeat_interval_ms=500,
-    )
-    values.update(kw)
-    return GroupConfig(**values)
+# GroupConfig's own max poll interval and request timeout, not the integration defaults.
+cfg = functools.partial(
+    group_config,
+    max_poll_interval_ms=DEFAULT_MAX_POLL_INTERVAL_MS,
+    request_timeout_ms=DEFAULT_REQUEST_TIMEOUT_MS,
+)
 
 
 def joins_sent(logs: list[dict[str, Any]], member_id: str | None = None) -> int:
