@@ -166,11 +166,11 @@ def _demo(args: argparse.Namespace) -> int:
             args.session_timeout_ms,
             args.heartbeat_interval_ms,
         )
-        from .testing._ports import admin_create_topic
+        from ._broker_process import admin_create_topic
 
         asyncio.run(admin_create_topic(args.bootstrap, args.topic, args.partitions, exist_ok=True))
         return asyncio.run(_run_demo(demo))
-    from .testing._tansu import TansuBroker
+    from ._tansu import TansuBroker
 
     with TansuBroker() as broker:
         print(f"tansu broker on {broker.bootstrap}", flush=True)

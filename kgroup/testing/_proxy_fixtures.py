@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
+from .._tansu import TansuBroker
 from ._fixture_support import start_or_skip, started_logs
 from ._kafka import KafkaBroker
 from ._proxy import FaultProxy, ProxiedBroker
-from ._tansu import TansuBroker
 
 __all__ = [
     "fault_proxy",

@@ -56,6 +56,7 @@ try:
 except ImportError:  # pragma: no cover - the async fixtures need pytest-asyncio
     pytest_asyncio = None  # type: ignore[assignment]
 
+from .._tansu import TansuBroker
 from ._fixture_support import start_or_skip, started_logs
 from ._kafka import KafkaBroker
 from ._kafka_secure import SecureKafkaBroker
@@ -72,7 +73,6 @@ from ._proxy_fixtures import (
     proxied_tansu,
     proxied_tansu_session,
 )
-from ._tansu import TansuBroker
 
 __all__ = [
     "BROKER_KINDS",
