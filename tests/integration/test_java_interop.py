@@ -36,7 +36,7 @@ def java_member(broker: KafkaBroker, group: str, topic: str) -> JavaMember:
 
 
 def disjoint_complete(
-    a: frozenset[TopicPartition], b: frozenset[TopicPartition], topic: str, n: int
+    a: frozenset[TopicPartition], b: frozenset[tuple[str, int]], topic: str, n: int
 ) -> bool:
     return (
         not (a & b)

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -182,7 +182,7 @@ async def heartbeat_after(group: MemberGroup, member: Any) -> None:
     )
 
 
-def _errors(entries: list[dict[str, Any]]) -> list[str]:
+def _errors(entries: Sequence[Mapping[str, Any]]) -> list[str]:
     return [
         f"{e['event']}: {e.get('error', '')}"
         for e in entries
@@ -266,9 +266,11 @@ async def test_on_kafka_garbage_heartbeat_answers_keep_the_membership(
             for how in ("garbage", "wrong_correlation", "absurd_size"):
                 done = len(mangler.spoiled)
                 mangler.spoil(HEARTBEAT, how)
-                await group.wait_until(
-                    lambda done=done: len(mangler.spoiled) > done, timeout=30, what=how
-                )
+
+                def spoiled_again(done: int = done) -> bool:
+                    return len(mangler.spoiled) > done
+
+                await group.wait_until(spoiled_again, timeout=30, what=how)
             await heartbeat_after(group, member)
             assert member.member.generation == generation
             assert member.events[seen:] == []

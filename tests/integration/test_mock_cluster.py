@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,7 +75,9 @@ DEADLINE = 60.0
 # --- what kgroup logged --------------------------------------------------------------------
 
 
-def _stamp(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _stamp(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     event_dict["at"] = time.monotonic()
     return event_dict
 
@@ -84,9 +86,11 @@ def _stamp(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, 
 class Logs:
     """kgroup's structlog events, each with ``at`` (time.monotonic() when logged)."""
 
-    entries: list[dict[str, Any]]
+    entries: list[MutableMapping[str, Any]]
 
-    def find(self, event: str, *, since: float = 0.0, **fields: Any) -> list[dict[str, Any]]:
+    def find(
+        self, event: str, *, since: float = 0.0, **fields: Any
+    ) -> list[MutableMapping[str, Any]]:
         return [
             e
             for e in self.entries
@@ -251,13 +255,13 @@ async def inject_heartbeat_error(
     name = NAMES[code]
     if code == REBALANCE_IN_PROGRESS:
         # Not a failure (§4.4): the first rejoin request after the push is the victim's.
-        def hit() -> list[dict[str, Any]]:
+        def hit() -> list[MutableMapping[str, Any]]:
             return logs.find(
                 "member.rejoin_requested", since=mark, reason="group is already rebalancing"
             )
     else:
 
-        def hit() -> list[dict[str, Any]]:
+        def hit() -> list[MutableMapping[str, Any]]:
             return [
                 e
                 for e in logs.find("member.heartbeat_failed", since=mark)
@@ -587,7 +591,7 @@ async def test_join_group_authorization_failure_is_raised_from_poll(
         await asyncio.sleep(0.3)
         assert len(tracked(mock_cluster, JOIN_GROUP)) == 1
         assignment = await member.poll(timeout=30)  # the pushed error is used up
-        assert member.state is MemberState.STABLE
+        assert member.state is MemberState.STABLE  # type: ignore[comparison-overlap]
         assert len(assignment) == 2
 
 
@@ -607,7 +611,7 @@ async def test_find_coordinator_authorization_failure_is_raised_without_join(
         assert tracked(mock_cluster, *COORDINATOR_APIS) == []
         assert member.state is MemberState.UNJOINED
         assert len(await member.poll(timeout=30)) == 2  # polling again recovers
-        assert member.state is MemberState.STABLE
+        assert member.state is MemberState.STABLE  # type: ignore[comparison-overlap]
 
 
 # --- 6. The coordinator broker goes down and comes back (C24, C25, E31-ish, E32) ----------
@@ -737,7 +741,7 @@ async def test_heartbeat_load_in_progress_backs_off_and_keeps_membership(
         mark, mark_us = time.monotonic(), now_us()
         mock_cluster.push_request_errors(HEARTBEAT, *[COORDINATOR_LOAD_IN_PROGRESS] * failures)
 
-        def failed() -> list[dict[str, Any]]:
+        def failed() -> list[MutableMapping[str, Any]]:
             return logs.find("member.heartbeat_failed", since=mark)
 
         await group.wait_until(

@@ -19,6 +19,7 @@ from kgroup import (
     MemberState,
     OffsetAndMetadata,
     RebalanceInProgress,
+    RebalanceListener,
     TopicPartition,
 )
 from kgroup._runtime._offsets import commit_offsets, fetch_committed
@@ -49,11 +50,12 @@ async def test_commit_then_fetch_round_trip(
         assert await fetch_committed(member, tps) == dict.fromkeys(tps)
         await commit_offsets(member, {tps[0]: OffsetAndMetadata(42, "note"), tps[1]: 7})
         committed = await fetch_committed(member, tps)
-    assert committed[tps[0]] is not None and committed[tps[0]].offset == 42
+    first, second = committed[tps[0]], committed[tps[1]]
+    assert first is not None and first.offset == 42
     # tansu (0.6) stores the offset but not its metadata: it answers "" (README, "Where
     # tansu differs from Kafka").
-    assert committed[tps[0]].metadata == ("note" if type(broker).__name__ == "KafkaBroker" else "")
-    assert committed[tps[1]] is not None and committed[tps[1]].offset == 7
+    assert first.metadata == ("note" if type(broker).__name__ == "KafkaBroker" else "")
+    assert second is not None and second.offset == 7
     assert committed[tps[2]] is None
 
 
@@ -67,7 +69,7 @@ async def test_commit_from_revoke_callback_reaches_the_next_owner(
     cfg = group_config(broker, unique_group, topic)
     commits: list[tuple[MemberState, int]] = []
 
-    class CommitOnRevoke:
+    class CommitOnRevoke(RebalanceListener):
         member: GroupMember
 
         async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
@@ -102,8 +104,8 @@ async def test_commit_from_revoke_callback_reaches_the_next_owner(
                 await asyncio.gather(*tasks)
             assert commits and commits[0][0] is MemberState.STABLE
             moved = next(iter(second.assignment))
-            got = await fetch_committed(second, [moved])
-            assert got[moved] is not None and got[moved].offset == 100 + moved.partition
+            got = (await fetch_committed(second, [moved]))[moved]
+            assert got is not None and got.offset == 100 + moved.partition
             await asyncio.gather(first.close(), second.close())
 
 
@@ -150,5 +152,5 @@ async def test_commit_while_rebalancing_raises_rebalance_in_progress(
             member, lambda: member.state is MemberState.STABLE and bool(member.assignment), "back"
         )
         await commit_offsets(member, {tp: 3})
-        got = await fetch_committed(member, [tp])
-        assert got[tp] == OffsetAndMetadata(3, "", got[tp].leader_epoch if got[tp] else -1)
+        got = (await fetch_committed(member, [tp]))[tp]
+        assert got == OffsetAndMetadata(3, "", got.leader_epoch if got else -1)

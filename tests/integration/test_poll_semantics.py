@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
 import structlog
 
-from kgroup import GroupMember, MemberState
+from kgroup import GroupMember, MemberState, RebalanceListener
 from kgroup._config import DEFAULT_MAX_POLL_INTERVAL_MS, DEFAULT_REQUEST_TIMEOUT_MS
 from kgroup.testing import KafkaBroker, TansuBroker
 from kgroup.testing._members import MemberGroup, covered
@@ -25,7 +25,7 @@ cfg = functools.partial(
 )
 
 
-def joins_sent(logs: list[dict[str, Any]], member_id: str | None = None) -> int:
+def joins_sent(logs: Sequence[Mapping[str, Any]], member_id: str | None = None) -> int:
     return sum(
         1
         for e in logs
@@ -84,7 +84,7 @@ async def test_poll_timeout_returns_while_join_continues_on_tansu(
             assert member.state is MemberState.PREPARING_REBALANCE
             sent = joins_sent(logs)
             assignment = await asyncio.wait_for(member.poll(), 30)
-            assert member.state is MemberState.STABLE and len(assignment) == 2
+            assert member.state is MemberState.STABLE and len(assignment) == 2  # type: ignore[comparison-overlap]
             assert joins_sent(logs) == sent  # no second JoinGroup
     # MEMBER_ID_REQUIRED round trip + the real join: exactly two.
     assert joins_sent(logs) == 2
@@ -123,7 +123,7 @@ async def test_revoke_callback_cancelled_mid_way_is_reported_lost_at_close_on_ka
     entered = asyncio.Event()
     calls: list[tuple[str, frozenset[Any]]] = []
 
-    class Stuck:
+    class Stuck(RebalanceListener):
         async def on_partitions_revoked(self, partitions: frozenset[Any]) -> None:
             calls.append(("revoked", partitions))
             if partitions:
