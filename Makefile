@@ -17,7 +17,7 @@ lint:
 	$(PYTHON) -m ruff check $(CHECKED)
 	$(PYTHON) -m ruff format --check $(CHECKED)
 
-# Type-check (mypy, strict; configured in pyproject.toml).
+# Type-check kgroup and tests/ (mypy, strict; tests relaxed; configured in pyproject.toml).
 typecheck:
 	$(PYTHON) -m mypy
 

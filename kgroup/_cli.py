@@ -7,8 +7,9 @@ offsets and lag (``--json`` for scripts). Exit codes: 0 ok, 1 the broker answere
 
 ``kgroup demo`` starts a local tansu broker on a free port (or uses ``--bootstrap``), creates
 a topic, runs three members in this process, then stops one gracefully and crashes another,
-printing every member's state, generation and assignment as they change. It exits 0 with a
-summary of the times to stable, or 1 if a phase did not complete within its deadline.
+printing every member's state, generation and assignment as they change, up to the
+survivor's STABLE line owning every partition. It exits 0 with a summary of the times to
+stable, or 1 if a phase did not complete within its deadline.
 """
 
 from __future__ import annotations
@@ -61,20 +62,31 @@ class _Demo:
         )
 
 
-async def _watch(demo: _Demo, names: dict[str, GroupMember], stop: asyncio.Event) -> None:
-    """Print each member's (state, generation, assignment) whenever it changes."""
-    last: dict[str, tuple[str, int, str]] = {}
-    while not stop.is_set():
-        for name, member in names.items():
+class _Watcher:
+    """Prints each member's (state, generation, assignment) whenever it changes."""
+
+    def __init__(self, demo: _Demo, names: dict[str, GroupMember]) -> None:
+        self.demo = demo
+        self.names = names
+        self.last: dict[str, tuple[str, int, str]] = {}
+
+    def refresh(self) -> None:
+        """Print every member whose state changed since the last call (synchronous, so a
+        caller that has just seen a state prints exactly that state)."""
+        for name, member in self.names.items():
             if member.closed:
                 now = ("CLOSED", -1, "[]")
             else:
                 now = (member.state.name, member.generation.generation_id, _fmt(member.assignment))
-            if last.get(name) != now:
-                last[name] = now
-                demo.say(f"{name:<9} {now[0]:<21} generation={now[1]:<3} assignment={now[2]}")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 0.05)
+            if self.last.get(name) != now:
+                self.last[name] = now
+                self.demo.say(f"{name:<9} {now[0]:<21} generation={now[1]:<3} assignment={now[2]}")
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            self.refresh()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.05)
 
 
 async def _poll_forever(member: GroupMember) -> None:
@@ -111,11 +123,21 @@ async def _run_demo(demo: _Demo) -> int:
     demo.say(f"group {group!r}, topic {demo.topic!r} ({demo.partitions} partitions)")
     for m in members:
         await m.start()
-    watcher = asyncio.create_task(_watch(demo, names, stop))
+    watch = _Watcher(demo, names)
+    watcher = asyncio.create_task(watch.run(stop))
     pollers = {m: asyncio.create_task(_poll_forever(m)) for m in members}
+
+    async def covered(live: Sequence[GroupMember]) -> float | None:
+        """Seconds until ``live`` are STABLE and share every partition (None: deadline).
+        On success the members' lines are printed at once, before anything else."""
+        took = await _until(lambda: _covered(live, demo.partitions), deadline)
+        if took is not None:
+            watch.refresh()
+        return took
+
     try:
         demo.say("phase 1: three members join")
-        took = await _until(lambda: _covered(members, demo.partitions), deadline)
+        took = await covered(members)
         results.append(("3 members join -> stable", took))
         if took is not None:
             demo.say("phase 2: member-3 leaves gracefully (LeaveGroup)")
@@ -123,8 +145,7 @@ async def _run_demo(demo: _Demo) -> int:
             pollers[m3].cancel()
             t = time.monotonic()
             await m3.close()
-            survivors = [names["member-1"], names["member-2"]]
-            took = await _until(lambda: _covered(survivors, demo.partitions), deadline)
+            took = await covered([names["member-1"], names["member-2"]])
             results.append(
                 ("graceful leave -> covered", None if took is None else time.monotonic() - t)
             )
@@ -134,17 +155,24 @@ async def _run_demo(demo: _Demo) -> int:
             pollers[m2].cancel()
             t = time.monotonic()
             await m2.abort()
-            took = await _until(lambda: _covered([names["member-1"]], demo.partitions), deadline)
+            took = await covered([names["member-1"]])
             results.append(("crash -> covered", None if took is None else time.monotonic() - t))
+        if took is not None:
+            survivor = names["member-1"]
+            demo.say(
+                f"member-1 alone owns all {demo.partitions} partitions "
+                f"(generation {survivor.generation.generation_id})"
+            )
     finally:
+        # Stop printing first: the survivor's STABLE line is the demo's last state, not the
+        # CLOSED lines of the shutdown below.
+        stop.set()
+        await watcher
         for task in pollers.values():
             task.cancel()
         await asyncio.gather(*pollers.values(), return_exceptions=True)
         for m in members:
             await m.close()
-        await asyncio.sleep(0.1)
-        stop.set()
-        await watcher
     print("\nsummary")
     ok = True
     for label, value in results:
@@ -166,11 +194,11 @@ def _demo(args: argparse.Namespace) -> int:
             args.session_timeout_ms,
             args.heartbeat_interval_ms,
         )
-        from .testing._ports import admin_create_topic
+        from ._broker_process import admin_create_topic
 
         asyncio.run(admin_create_topic(args.bootstrap, args.topic, args.partitions, exist_ok=True))
         return asyncio.run(_run_demo(demo))
-    from .testing._tansu import TansuBroker
+    from ._tansu import TansuBroker
 
     with TansuBroker() as broker:
         print(f"tansu broker on {broker.bootstrap}", flush=True)

@@ -21,6 +21,7 @@ fixtures ``kafka_broker``, ``tansu_broker``, ``broker`` (both, parametrised),
 install; the fixtures skip on it, or fail when the ``CI`` environment variable is set.
 """
 
+from .._tansu import TansuBroker
 from ._invariants import Hold, OwnershipLog, OwnershipViolation
 from ._java import JavaMember, JavaMemberError
 from ._kafka import KAFKA_VERSION, KafkaBroker, cache_root, kafka_classpath, kafka_libs
@@ -35,7 +36,6 @@ from ._ports import (
     wait_for_port,
 )
 from ._proxy import FaultProxy, ProxiedBroker
-from ._tansu import TansuBroker
 from ._virtual_time import VirtualTimeLoop
 
 __all__ = [

@@ -18,11 +18,10 @@ from typing import Any
 
 import pytest
 
-# The module, not its names: plugin.py may import this module before it defines them.
-from . import plugin
+from .._tansu import TansuBroker
+from ._fixture_support import start_or_skip, started_logs
 from ._kafka import KafkaBroker
 from ._proxy import FaultProxy, ProxiedBroker
-from ._tansu import TansuBroker
 
 __all__ = [
     "fault_proxy",
@@ -67,11 +66,11 @@ def proxied_tansu_session(
 ) -> Iterator[ProxiedBroker[TansuBroker]]:
     """tansu behind a proxy for the whole session (use :func:`proxied_tansu`)."""
     log_path = tmp_path_factory.mktemp("proxied-tansu") / "tansu.log"
-    plugin._started_logs.append(("proxied_tansu", log_path))
+    started_logs.append(("proxied_tansu", log_path))
     proxy = FaultProxy(name="tansu-proxy")
     broker = TansuBroker(log_path=log_path, proxy=proxy)
     try:
-        plugin._start_or_skip(broker.start)
+        start_or_skip(broker.start)
         yield ProxiedBroker(broker, proxy)
     finally:
         broker.close()

@@ -44,12 +44,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -58,21 +56,34 @@ try:
 except ImportError:  # pragma: no cover - the async fixtures need pytest-asyncio
     pytest_asyncio = None  # type: ignore[assignment]
 
+from .._tansu import TansuBroker
+from ._fixture_support import start_or_skip, started_logs
 from ._kafka import KafkaBroker
 from ._kafka_secure import SecureKafkaBroker
 from ._members import MemberGroup
 from ._mock_cluster import MockCluster
-from ._ports import Broker, BrokerUnavailable
+from ._ports import Broker
 from ._proxy import FaultProxy
-from ._tansu import TansuBroker
+
+# The fault proxy's fixtures live in their own module; importing them here registers them.
+from ._proxy_fixtures import (
+    fault_proxy,
+    proxied_kafka,
+    proxied_kafka_session,
+    proxied_tansu,
+    proxied_tansu_session,
+)
 
 __all__ = [
     "BROKER_KINDS",
     "broker_params",
+    "fault_proxy",
     "kafka_and_tansu",
+    "proxied_kafka",
+    "proxied_kafka_session",
+    "proxied_tansu",
+    "proxied_tansu_session",
 ]
-
-_T = TypeVar("_T")
 
 #: The brokers the ``broker`` fixture runs over.
 BROKER_KINDS = ("kafka", "tansu")
@@ -137,38 +148,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_slow)
 
 
-_started_logs: list[tuple[str, Path]] = []
-
-
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     """After failures, say where the brokers' logs are (they outlive the session)."""
     failed = terminalreporter.stats.get("failed") or terminalreporter.stats.get("error")
-    if not _started_logs or not failed:
+    if not started_logs or not failed:
         return
     terminalreporter.section("kgroup test brokers")
-    for what, path in _started_logs:
+    for what, path in started_logs:
         terminalreporter.write_line(f"{what} log: {path}")
-
-
-def _on_ci() -> bool:
-    value = os.environ.get("CI", "").strip().lower()
-    return value not in ("", "0", "false", "no")
-
-
-def _unavailable(exc: BrokerUnavailable) -> NoReturn:
-    """Skip (or, under CI, fail) because a broker cannot run on this machine."""
-    if _on_ci():
-        pytest.fail(f"broker unavailable under CI: {exc}", pytrace=False)
-    pytest.skip(str(exc))
-
-
-def _start_or_skip(start: Callable[[], _T]) -> _T:
-    """``start()``, turning :class:`BrokerUnavailable` into a skip (a failure under CI)."""
-    try:
-        return start()
-    except BrokerUnavailable as exc:
-        problem = exc
-    _unavailable(problem)  # outside the except block: no chained traceback in the report
 
 
 # --- brokers -----------------------------------------------------------------------------
@@ -180,11 +167,11 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
     Clients on ``bootstrap`` talk to it directly; its second listener sits behind a
     :class:`~kgroup.testing.FaultProxy` (``broker.proxy``, see ``proxied_kafka``)."""
     log_path = tmp_path_factory.mktemp("kafka-broker") / "broker.log"
-    _started_logs.append(("kafka_broker", log_path))
+    started_logs.append(("kafka_broker", log_path))
     proxy = FaultProxy(name="kafka-proxy")
     broker = KafkaBroker(log_path=log_path, proxy=proxy)
     try:
-        _start_or_skip(broker.start)
+        start_or_skip(broker.start)
         yield broker
     finally:
         broker.close()
@@ -197,10 +184,10 @@ def secure_kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Se
     enforced; users ``admin`` (super user), ``alice`` and ``bob`` with random passwords
     (``broker.passwords``), CA in ``broker.ca_file``. Started on first use (about 3 s)."""
     log_path = tmp_path_factory.mktemp("secure-kafka") / "broker.log"
-    _started_logs.append(("secure_kafka_broker", log_path))
+    started_logs.append(("secure_kafka_broker", log_path))
     broker = SecureKafkaBroker(log_path=log_path)
     try:
-        _start_or_skip(broker.start)
+        start_or_skip(broker.start)
         yield broker
     finally:
         broker.close()
@@ -211,10 +198,10 @@ def tansu_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuBrok
     """tansu for the whole session (started on first use). Do not restart it: use
     ``tansu_broker_factory`` for that, since a restart drops every topic and group."""
     log_path = tmp_path_factory.mktemp("tansu-broker") / "tansu.log"
-    _started_logs.append(("tansu_broker", log_path))
+    started_logs.append(("tansu_broker", log_path))
     broker = TansuBroker(log_path=log_path)
     try:
-        _start_or_skip(broker.start)
+        start_or_skip(broker.start)
         yield broker
     finally:
         broker.close()
@@ -243,9 +230,9 @@ def _private_brokers(
     def factory(**kwargs: Any) -> _B:
         kwargs.setdefault("log_path", tmp_path_factory.mktemp(f"{fixture}-") / log_name)
         broker = cls(**kwargs)
-        _started_logs.append((fixture, broker.log_path))
+        started_logs.append((fixture, broker.log_path))
         started.append(broker)
-        _start_or_skip(broker.start)
+        start_or_skip(broker.start)
         return broker
 
     try:
@@ -280,7 +267,7 @@ def tansu_broker_factory(
 @pytest.fixture
 def mock_cluster() -> Iterator[MockCluster]:
     """A fresh librdkafka mock cluster with 3 brokers (ids 1..3), closed after the test."""
-    cluster = _start_or_skip(lambda: MockCluster(3))
+    cluster = start_or_skip(lambda: MockCluster(3))
     try:
         yield cluster
     finally:
@@ -364,22 +351,3 @@ if pytest_asyncio is not None:
         checks that no partition was held by two members at once."""
         async with MemberGroup() as group:
             yield group
-
-
-# --- the fault proxy (fixtures defined in _proxy_fixtures, registered here) -------------------
-
-from ._proxy_fixtures import (  # noqa: E402
-    fault_proxy,
-    proxied_kafka,
-    proxied_kafka_session,
-    proxied_tansu,
-    proxied_tansu_session,
-)
-
-__all__ += [
-    "fault_proxy",
-    "proxied_kafka",
-    "proxied_kafka_session",
-    "proxied_tansu",
-    "proxied_tansu_session",
-]

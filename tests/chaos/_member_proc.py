@@ -48,6 +48,7 @@ import signal
 import sys
 import time
 import warnings
+from collections.abc import Mapping
 from typing import Any
 
 _captured: list[str] = []
@@ -222,7 +223,7 @@ async def run(a: argparse.Namespace) -> None:
                 assignment=_parts(member.assignment),
             )
 
-    def observer(event: str, fields: dict[str, Any]) -> None:
+    def observer(event: str, fields: Mapping[str, Any]) -> None:
         if event == "member.lease_expired":
             deadline = fields.get("deadline")
             extra = {k: v for k, v in fields.items() if k != "deadline"}

@@ -688,11 +688,14 @@ def _length_field(schema: Any) -> str:
 
 def _bad_length(schema: Any, name: str, flexible: bool) -> bytes:
     kind = schema.fields[schema.names.index(name)]
+    encoded: bytes
     if flexible:
-        return UnsignedVarInt32.encode(2**32 - 1)  # length 2**32 - 2
-    if _kind_name(kind) == "String":
-        return Int16.encode(-2)
-    return Int32.encode(-2)
+        encoded = UnsignedVarInt32.encode(2**32 - 1)  # length 2**32 - 2
+    elif _kind_name(kind) == "String":
+        encoded = Int16.encode(-2)
+    else:
+        encoded = Int32.encode(-2)
+    return encoded
 
 
 def _kind_name(kind: Any) -> str:

@@ -24,23 +24,7 @@ import pytest
 
 from kgroup import GroupConfig, GroupMember, MemberState, UsageError
 from kgroup.testing import Broker
-
-SESSION_MS = 6_000
-HEARTBEAT_MS = 500
-
-
-def config(broker: Broker, group: str, topic: str, **overrides: Any) -> GroupConfig:
-    values: dict[str, Any] = {
-        "bootstrap_servers": broker.bootstrap,
-        "group_id": group,
-        "topics": [topic],
-        "session_timeout_ms": SESSION_MS,
-        "heartbeat_interval_ms": HEARTBEAT_MS,
-        "max_poll_interval_ms": 30_000,
-        "request_timeout_ms": 10_000,
-    }
-    values.update(overrides)
-    return GroupConfig(**values)
+from tests.integration.conftest import HEARTBEAT_MS, group_config
 
 
 def kgroup_tasks() -> list[asyncio.Task[Any]]:
@@ -65,7 +49,7 @@ def test_async_with_under_anyio_asyncio_backend(
     tansu_broker: Broker, make_topic: Callable[..., str], unique_group: str, isolated: bool
 ) -> None:
     topic = make_topic(2)
-    cfg = config(tansu_broker, unique_group, topic, isolate_heartbeat=isolated)
+    cfg = group_config(tansu_broker, unique_group, topic, isolate_heartbeat=isolated)
     seen: dict[str, Any] = {}
 
     async def main() -> None:
@@ -102,7 +86,7 @@ def test_cancelling_task_group_mid_poll_leaves_no_task(
     tansu_broker: Broker, make_topic: Callable[..., str], unique_group: str, isolated: bool
 ) -> None:
     topic = make_topic(1)
-    cfg = config(tansu_broker, unique_group, topic, isolate_heartbeat=isolated)
+    cfg = group_config(tansu_broker, unique_group, topic, isolate_heartbeat=isolated)
     seen: dict[str, Any] = {}
 
     async def main() -> None:
@@ -198,7 +182,7 @@ def test_isolated_member_abandoned_with_its_loop_stops_its_thread(
     (within a heartbeat interval), closes its connections and ends, instead of heartbeating
     for a member nobody polls until the process exits."""
     topic = make_topic(1)
-    cfg = config(tansu_broker, unique_group, topic, isolate_heartbeat=True)
+    cfg = group_config(tansu_broker, unique_group, topic, isolate_heartbeat=True)
     seen: dict[str, Any] = {}
 
     async def main() -> None:

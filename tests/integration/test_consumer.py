@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -32,24 +33,12 @@ from kgroup import (
     TopicPartition,
 )
 from kgroup.testing import Broker, KafkaBroker, ProxiedBroker
+from tests.integration.conftest import SESSION_MS, group_config
 
-SESSION_MS = 6_000
-HEARTBEAT_MS = 500
 PROC = Path(__file__).with_name("_consumer_proc.py")
 
-
-def config(bootstrap: str, group: str, topic: str, **overrides: Any) -> GroupConfig:
-    values: dict[str, Any] = {
-        "bootstrap_servers": bootstrap,
-        "group_id": group,
-        "topics": [topic],
-        "session_timeout_ms": SESSION_MS,
-        "heartbeat_interval_ms": HEARTBEAT_MS,
-        "max_poll_interval_ms": 20_000,
-        "request_timeout_ms": 10_000,
-    }
-    values.update(overrides)
-    return GroupConfig(**values)
+# Members here must poll within 20 s (the shared default is 30 s).
+config = functools.partial(group_config, max_poll_interval_ms=20_000)
 
 
 async def until(condition: Callable[[], bool], *, timeout: float, what: str) -> None:

@@ -14,6 +14,7 @@ failure is reported once on stderr, never "Task exception was never retrieved".
 from __future__ import annotations
 
 import errno
+import functools
 import re
 import subprocess
 import sys
@@ -24,23 +25,11 @@ from typing import Any
 import pytest
 import structlog
 
-from kgroup import GroupConfig
 from kgroup.testing import KafkaBroker, MemberGroup, ProxiedBroker, covered
+from tests.integration.conftest import SESSION_MS, group_config
 
-SESSION_MS = 6_000
-
-
-def member_config(bootstrap: str, group: str, topic: str) -> GroupConfig:
-    return GroupConfig(
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        topics=[topic],
-        session_timeout_ms=SESSION_MS,
-        heartbeat_interval_ms=500,
-        max_poll_interval_ms=30_000,
-        request_timeout_ms=3_000,
-        retry_backoff_max_ms=500,
-    )
+# Behind a proxy, a member gives up on a request after 3 s and backs off at most 0.5 s.
+member_config = functools.partial(group_config, request_timeout_ms=3_000, retry_backoff_max_ms=500)
 
 
 class _FailingSink:

@@ -19,6 +19,7 @@ file stays within its time budget.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Callable
@@ -30,25 +31,18 @@ import structlog
 from kgroup import GroupConfig, GroupMember, MemberState
 from kgroup.testing import Broker
 from kgroup.testing._members import MemberGroup, MemberRunner
+from tests.integration.conftest import SESSION_MS, group_config
 
-SESSION_MS = 6_000
 HEARTBEAT_MS = 1_000
 MAX_POLL_MS = 60_000
 BLOCK_S = 2 * SESSION_MS / 1000  # twice the session timeout, far below max_poll_interval
 
-
-def config(broker: Broker, group: str, topic: str, **overrides: Any) -> GroupConfig:
-    values: dict[str, Any] = {
-        "bootstrap_servers": broker.bootstrap,
-        "group_id": group,
-        "topics": [topic],
-        "session_timeout_ms": SESSION_MS,
-        "heartbeat_interval_ms": HEARTBEAT_MS,
-        "max_poll_interval_ms": MAX_POLL_MS,
-        "request_timeout_ms": 5_000,
-    }
-    values.update(overrides)
-    return GroupConfig(**values)
+config = functools.partial(
+    group_config,
+    heartbeat_interval_ms=HEARTBEAT_MS,
+    max_poll_interval_ms=MAX_POLL_MS,
+    request_timeout_ms=5_000,
+)
 
 
 class Watcher:

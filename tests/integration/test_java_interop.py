@@ -3,37 +3,40 @@ range assignor) as members of one group on Apache Kafka."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 
 import pytest
 
-from kgroup import GroupConfig, TopicPartition
+from kgroup import TopicPartition
+from kgroup._config import DEFAULT_MAX_POLL_INTERVAL_MS, DEFAULT_REQUEST_TIMEOUT_MS
 from kgroup.testing import JavaMember, KafkaBroker
 from kgroup.testing._members import MemberGroup, covered
+from tests.integration.conftest import HEARTBEAT_MS, SESSION_MS, group_config
 
-SESSION_MS = 6_000
-
-
-def kgroup_config(broker: KafkaBroker, group: str, topic: str) -> GroupConfig:
-    return GroupConfig(
-        bootstrap_servers=broker.bootstrap,
-        group_id=group,
-        topics=[topic],
-        assignors=("range",),
-        session_timeout_ms=SESSION_MS,
-        heartbeat_interval_ms=500,
-    )
+# The range assignor (the Java consumer's), and GroupConfig's own max poll interval and
+# request timeout, not the integration defaults.
+kgroup_config = functools.partial(
+    group_config,
+    assignors=("range",),
+    max_poll_interval_ms=DEFAULT_MAX_POLL_INTERVAL_MS,
+    request_timeout_ms=DEFAULT_REQUEST_TIMEOUT_MS,
+)
 
 
 def java_member(broker: KafkaBroker, group: str, topic: str) -> JavaMember:
     return JavaMember(
-        broker.bootstrap, group, topic, session_timeout_ms=SESSION_MS, heartbeat_interval_ms=500
+        broker.bootstrap,
+        group,
+        topic,
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=HEARTBEAT_MS,
     )
 
 
 def disjoint_complete(
-    a: frozenset[TopicPartition], b: frozenset[TopicPartition], topic: str, n: int
+    a: frozenset[TopicPartition], b: frozenset[tuple[str, int]], topic: str, n: int
 ) -> bool:
     return (
         not (a & b)

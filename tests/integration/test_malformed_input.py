@@ -39,12 +39,16 @@ import asyncio
 import gc
 import logging
 import warnings
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping, MutableMapping
 from typing import Any
 
 import pytest
 import structlog
-from _fake_broker import (
+
+from kgroup import GroupConfig, TopicPartition, UnexpectedBrokerError
+from kgroup._core._state import MemberState
+from kgroup.testing import MemberGroup, MemberRunner
+from tests.integration._fake_broker import (
     API_VERSIONS,
     CLASSIC_VERSIONS,
     FIND_COORDINATOR,
@@ -59,10 +63,7 @@ from _fake_broker import (
     Fault,
     ReceivedRequest,
 )
-
-from kgroup import GroupConfig, TopicPartition, UnexpectedBrokerError
-from kgroup._core._state import MemberState
-from kgroup.testing import MemberGroup, MemberRunner
+from tests.integration.conftest import group_config
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -119,19 +120,18 @@ API_IDS = {HEARTBEAT: "heartbeat", FIND_COORDINATOR: "find", JOIN_GROUP: "join",
 class Scene:
     """One fake broker, one MemberGroup, every structlog event and core event recorded."""
 
-    def __init__(self, broker: FakeBroker, group: MemberGroup, logs: list[dict[str, Any]]):
+    def __init__(
+        self, broker: FakeBroker, group: MemberGroup, logs: list[MutableMapping[str, Any]]
+    ) -> None:
         self.broker = broker
         self.group = group
         self.logs = logs
-        self.core_events: list[tuple[float, str, dict[str, Any]]] = []
+        self.core_events: list[tuple[float, str, Mapping[str, Any]]] = []
 
     # -- members ---------------------------------------------------------------------------
 
     def config(self, **overrides: Any) -> GroupConfig:
         fields: dict[str, Any] = {
-            "bootstrap_servers": self.broker.bootstrap,
-            "group_id": "g-malformed",
-            "topics": [TOPIC],
             "session_timeout_ms": SESSION_TIMEOUT_MS,
             "heartbeat_interval_ms": 200,
             "request_timeout_ms": REQUEST_TIMEOUT_MS,
@@ -141,7 +141,7 @@ class Scene:
             "close_timeout_ms": 3000,
         }
         fields.update(overrides)
-        return GroupConfig(**fields)
+        return group_config(self.broker, "g-malformed", TOPIC, **fields)
 
     async def start(self, **overrides: Any) -> MemberRunner:
         runner = await self.group.start(self.config(**overrides))
@@ -290,11 +290,15 @@ async def _heartbeat_fault_costs_nothing(
     fault = await scene.fault_applied(HEARTBEAT)
     if expect_reconnect:
         await scene.retried_on_new_connection(HEARTBEAT, fault)
+
     # A heartbeat answered NONE after the fault, in the same generation.
+    def answered_after_fault() -> bool:
+        core = member._core
+        assert core is not None
+        return (core.timers.last_heartbeat_received or 0) > fault.at * 1000
+
     await scene.group.wait_until(
-        lambda: (member._core.timers.last_heartbeat_received or 0) > fault.at * 1000,
-        timeout=10,
-        what="a heartbeat answered after the fault",
+        answered_after_fault, timeout=10, what="a heartbeat answered after the fault"
     )
     assert member.state is MemberState.STABLE
     assert member.generation == generation

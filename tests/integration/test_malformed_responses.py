@@ -13,14 +13,14 @@ import asyncio
 import contextlib
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
 import structlog
 
-from kgroup import GroupConfig
 from kgroup.testing import KafkaBroker, MemberGroup, TansuBroker, free_port
+from tests.integration.conftest import group_config
 
 HEARTBEAT, JOIN_GROUP, SYNC_GROUP, FIND_COORDINATOR = 12, 11, 14, 10
 MALFORMATIONS = ("truncated", "truncated_hang", "wrong_correlation", "garbage", "absurd_size")
@@ -145,19 +145,6 @@ class Mangler:
 MAX_POLL_MS = 8_000  # the rebalance timeout: a JoinGroup may be held that long, plus 5 s
 
 
-def config(bootstrap: str, group: str, topic: str, session_ms: int) -> GroupConfig:
-    return GroupConfig(
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        topics=[topic],
-        session_timeout_ms=session_ms,
-        heartbeat_interval_ms=300,
-        request_timeout_ms=3_000,
-        retry_backoff_ms=50,
-        max_poll_interval_ms=MAX_POLL_MS,
-    )
-
-
 async def stable_behind(
     mangler: Mangler,
     broker: Any,
@@ -168,7 +155,18 @@ async def stable_behind(
 ) -> Any:
     await mangler.serve()
     await broker.create_topic_async(topic, 3)  # async: the mangler runs on this loop
-    member = await group.start(config(mangler.address, group_id, topic, session_ms))
+    member = await group.start(
+        group_config(
+            mangler.address,
+            group_id,
+            topic,
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=300,
+            request_timeout_ms=3_000,
+            retry_backoff_ms=50,
+            max_poll_interval_ms=MAX_POLL_MS,
+        )
+    )
     await group.wait_stable(topic, 3, timeout=60)
     return member
 
@@ -184,7 +182,7 @@ async def heartbeat_after(group: MemberGroup, member: Any) -> None:
     )
 
 
-def _errors(entries: list[dict[str, Any]]) -> list[str]:
+def _errors(entries: Sequence[Mapping[str, Any]]) -> list[str]:
     return [
         f"{e['event']}: {e.get('error', '')}"
         for e in entries
@@ -268,9 +266,11 @@ async def test_on_kafka_garbage_heartbeat_answers_keep_the_membership(
             for how in ("garbage", "wrong_correlation", "absurd_size"):
                 done = len(mangler.spoiled)
                 mangler.spoil(HEARTBEAT, how)
-                await group.wait_until(
-                    lambda done=done: len(mangler.spoiled) > done, timeout=30, what=how
-                )
+
+                def spoiled_again(done: int = done) -> bool:
+                    return len(mangler.spoiled) > done
+
+                await group.wait_until(spoiled_again, timeout=30, what=how)
             await heartbeat_after(group, member)
             assert member.member.generation == generation
             assert member.events[seen:] == []

@@ -9,36 +9,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from kgroup import FencedInstanceId, GroupConfig, MemberState
 from kgroup.testing import Broker
 from kgroup.testing._members import MemberGroup, MemberRunner, covered
+from tests.integration.conftest import SESSION_MS, group_config
 
 pytestmark = pytest.mark.parametrize("broker", ["kafka", "tansu"], indirect=True)
-
-SESSION_MS = 6_000
-HEARTBEAT_MS = 500
 
 
 def kind(broker: Broker) -> str:
     return "kafka" if type(broker).__name__ == "KafkaBroker" else "tansu"
-
-
-def config(broker: Broker, group: str, topic: str, **overrides: Any) -> GroupConfig:
-    values: dict[str, Any] = {
-        "bootstrap_servers": broker.bootstrap,
-        "group_id": group,
-        "topics": [topic],
-        "session_timeout_ms": SESSION_MS,
-        "heartbeat_interval_ms": HEARTBEAT_MS,
-        "max_poll_interval_ms": 30_000,
-        "request_timeout_ms": 10_000,
-    }
-    values.update(overrides)
-    return GroupConfig(**values)
 
 
 async def stable_group(
@@ -57,7 +40,7 @@ async def test_three_members_share_six_partitions(
 ) -> None:
     topic = make_topic(6)
     async with MemberGroup() as group:
-        runners = await stable_group(group, config(broker, unique_group, topic), topic, 6, 3)
+        runners = await stable_group(group, group_config(broker, unique_group, topic), topic, 6, 3)
         assert all(len(r.assignment) == 2 for r in runners)
         assert len({r.member.generation.generation_id for r in runners}) == 1
         assert sum(r.member.is_leader for r in runners) == 1
@@ -69,7 +52,7 @@ async def test_graceful_leave_moves_partitions_to_survivors(
 ) -> None:
     topic = make_topic(6)
     async with MemberGroup() as group:
-        runners = await stable_group(group, config(broker, unique_group, topic), topic, 6, 3)
+        runners = await stable_group(group, group_config(broker, unique_group, topic), topic, 6, 3)
         leaving, survivors = runners[2], runners[:2]
         owned = leaving.assignment
         await leaving.close()
@@ -89,7 +72,7 @@ async def test_silent_member_is_evicted_and_its_partitions_move(
 ) -> None:
     topic = make_topic(6)
     async with MemberGroup() as group:
-        runners = await stable_group(group, config(broker, unique_group, topic), topic, 6, 3)
+        runners = await stable_group(group, group_config(broker, unique_group, topic), topic, 6, 3)
         crashed, survivors = runners[2], runners[:2]
         started = time.monotonic()
         await crashed.crash()  # no LeaveGroup, no more heartbeats
@@ -108,7 +91,7 @@ async def test_member_that_stops_polling_leaves_and_rejoins(
     topic = make_topic(4)
     poll_ms = 3_000
     async with MemberGroup() as group:
-        cfg = config(broker, unique_group, topic, max_poll_interval_ms=poll_ms)
+        cfg = group_config(broker, unique_group, topic, max_poll_interval_ms=poll_ms)
         slow, other = await group.start(cfg), await group.start(cfg)
         await group.wait_until(lambda: covered([slow, other], topic, 4), timeout=60, what="stable")
         old_member_id = slow.member.member_id
@@ -134,7 +117,7 @@ async def test_static_member_restarted_within_session_gets_its_assignment_back(
     topic = make_topic(6)
     session_ms = 20_000
     async with MemberGroup() as group:
-        cfg = lambda iid: config(  # noqa: E731
+        cfg = lambda iid: group_config(  # noqa: E731
             broker, unique_group, topic, group_instance_id=iid, session_timeout_ms=session_ms
         )
         a, b = await group.start(cfg("instance-a")), await group.start(cfg("instance-b"))
@@ -164,7 +147,7 @@ async def test_second_member_with_same_instance_id_fences_the_first(
     # first one's next request (FENCED_INSTANCE_ID) stops it. No lease can bound that, so
     # this test does not check exclusive ownership.
     async with MemberGroup(check_ownership=False) as group:
-        cfg = config(
+        cfg = group_config(
             broker, unique_group, topic, group_instance_id="dup", session_timeout_ms=20_000
         )
         first = await group.start(cfg, stop_on_error=True)
@@ -189,7 +172,7 @@ async def test_member_slower_than_rebalance_timeout_is_dropped(
         await release.wait()
 
     async with MemberGroup() as group:
-        cfg = config(broker, unique_group, topic, max_poll_interval_ms=rebalance_ms)
+        cfg = group_config(broker, unique_group, topic, max_poll_interval_ms=rebalance_ms)
         slow = await group.start(cfg)
         fast = await group.start(cfg)
         await group.wait_until(lambda: covered([slow, fast], topic, 4), timeout=60, what="stable")

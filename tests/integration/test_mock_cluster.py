@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ import structlog
 from kgroup import GroupAuthorizationFailed, GroupConfig, GroupMember, MemberState
 from kgroup.testing import MockCluster, MockRequest
 from kgroup.testing._members import MemberGroup, MemberRunner, covered
+from tests.integration.conftest import HEARTBEAT_MS, SESSION_MS, group_config
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
 COORDINATOR_APIS = (JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP)
@@ -60,8 +61,6 @@ NAMES = {
     REBALANCE_IN_PROGRESS: "REBALANCE_IN_PROGRESS",
 }
 
-SESSION_MS = 6_000
-HEARTBEAT_MS = 500
 # Join/sync tests: every case costs one or two mock rebalances of SESSION_MS - 1000 each
 # and nothing in them depends on the session length, so they use a shorter session.
 REJOIN_SESSION_MS = 3_000
@@ -73,24 +72,12 @@ SLOW_BACKOFF_MS = 1_000
 DEADLINE = 60.0
 
 
-def config(cluster: MockCluster, group: str, topic: str, **overrides: Any) -> GroupConfig:
-    values: dict[str, Any] = {
-        "bootstrap_servers": cluster.bootstrap,
-        "group_id": group,
-        "topics": [topic],
-        "session_timeout_ms": SESSION_MS,
-        "heartbeat_interval_ms": HEARTBEAT_MS,
-        "max_poll_interval_ms": 30_000,
-        "request_timeout_ms": 10_000,
-    }
-    values.update(overrides)
-    return GroupConfig(**values)
-
-
 # --- what kgroup logged --------------------------------------------------------------------
 
 
-def _stamp(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _stamp(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
     event_dict["at"] = time.monotonic()
     return event_dict
 
@@ -99,9 +86,11 @@ def _stamp(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, 
 class Logs:
     """kgroup's structlog events, each with ``at`` (time.monotonic() when logged)."""
 
-    entries: list[dict[str, Any]]
+    entries: list[MutableMapping[str, Any]]
 
-    def find(self, event: str, *, since: float = 0.0, **fields: Any) -> list[dict[str, Any]]:
+    def find(
+        self, event: str, *, since: float = 0.0, **fields: Any
+    ) -> list[MutableMapping[str, Any]]:
         return [
             e
             for e in self.entries
@@ -199,7 +188,7 @@ async def test_coordinator_move_while_stable_keeps_the_generation(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         old = coordinator_broker(mock_cluster)
         assert all(e["node_id"] == old for e in logs.find("member.coordinator_found"))
@@ -266,13 +255,13 @@ async def inject_heartbeat_error(
     name = NAMES[code]
     if code == REBALANCE_IN_PROGRESS:
         # Not a failure (§4.4): the first rejoin request after the push is the victim's.
-        def hit() -> list[dict[str, Any]]:
+        def hit() -> list[MutableMapping[str, Any]]:
             return logs.find(
                 "member.rejoin_requested", since=mark, reason="group is already rebalancing"
             )
     else:
 
-        def hit() -> list[dict[str, Any]]:
+        def hit() -> list[MutableMapping[str, Any]]:
             return [
                 e
                 for e in logs.find("member.heartbeat_failed", since=mark)
@@ -295,7 +284,7 @@ async def test_heartbeat_coordinator_error_rediscovers_without_rebalance(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         coordinator = coordinator_broker(mock_cluster)
         victim, before, mark, mark_us = await inject_heartbeat_error(
@@ -334,7 +323,7 @@ async def test_heartbeat_rebalance_in_progress_rejoins_with_the_same_member_id(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         victim, before, mark, mark_us = await inject_heartbeat_error(
             group, mock_cluster, logs, runners, REBALANCE_IN_PROGRESS
@@ -383,7 +372,7 @@ async def test_heartbeat_generation_error_reports_lost_and_rejoins(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         victim, before, mark, mark_us = await inject_heartbeat_error(
             group, mock_cluster, logs, runners, code
@@ -458,7 +447,7 @@ async def test_join_group_error_on_rejoin(
     topic = make_topic(3)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(
+        cfg = group_config(
             mock_cluster,
             unique_group,
             topic,
@@ -540,7 +529,7 @@ async def test_sync_group_error_restarts_from_join_group(
     mock_cluster.start_request_tracking()
     mock_cluster.push_request_errors(SYNC_GROUP, code)
     async with MemberGroup() as group:
-        cfg = config(
+        cfg = group_config(
             mock_cluster,
             unique_group,
             topic,
@@ -592,7 +581,7 @@ async def test_join_group_authorization_failure_is_raised_from_poll(
     topic = make_topic(2)
     mock_cluster.start_request_tracking()
     mock_cluster.push_request_errors(JOIN_GROUP, GROUP_AUTHORIZATION_FAILED)
-    async with GroupMember(config(mock_cluster, unique_group, topic)) as member:
+    async with GroupMember(group_config(mock_cluster, unique_group, topic)) as member:
         with pytest.raises(GroupAuthorizationFailed) as raised:
             await member.poll(timeout=30)
         assert raised.value.api == "JoinGroup"
@@ -602,7 +591,7 @@ async def test_join_group_authorization_failure_is_raised_from_poll(
         await asyncio.sleep(0.3)
         assert len(tracked(mock_cluster, JOIN_GROUP)) == 1
         assignment = await member.poll(timeout=30)  # the pushed error is used up
-        assert member.state is MemberState.STABLE
+        assert member.state is MemberState.STABLE  # type: ignore[comparison-overlap]
         assert len(assignment) == 2
 
 
@@ -612,7 +601,7 @@ async def test_find_coordinator_authorization_failure_is_raised_without_join(
     topic = make_topic(2)
     mock_cluster.start_request_tracking()
     mock_cluster.push_request_errors(FIND_COORDINATOR, GROUP_AUTHORIZATION_FAILED)
-    async with GroupMember(config(mock_cluster, unique_group, topic)) as member:
+    async with GroupMember(group_config(mock_cluster, unique_group, topic)) as member:
         with pytest.raises(GroupAuthorizationFailed) as raised:
             await member.poll(timeout=30)
         assert raised.value.api == "FindCoordinator"
@@ -622,7 +611,7 @@ async def test_find_coordinator_authorization_failure_is_raised_without_join(
         assert tracked(mock_cluster, *COORDINATOR_APIS) == []
         assert member.state is MemberState.UNJOINED
         assert len(await member.poll(timeout=30)) == 2  # polling again recovers
-        assert member.state is MemberState.STABLE
+        assert member.state is MemberState.STABLE  # type: ignore[comparison-overlap]
 
 
 # --- 6. The coordinator broker goes down and comes back (C24, C25, E31-ish, E32) ----------
@@ -634,7 +623,7 @@ async def test_short_coordinator_outage_keeps_the_generation(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         coordinator = coordinator_broker(mock_cluster)
         before = {r.name: snapshot(r) for r in runners}
@@ -681,7 +670,7 @@ async def test_coordinator_outage_longer_than_the_session_loses_and_rejoins(
     topic = make_topic(4)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         runners = await stable_group(group, mock_cluster, cfg, topic, 4, 2)
         coordinator = coordinator_broker(mock_cluster)
         before = {r.name: snapshot(r) for r in runners}
@@ -746,13 +735,13 @@ async def test_heartbeat_load_in_progress_backs_off_and_keeps_membership(
     failures = 5
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         (runner,) = await stable_group(group, mock_cluster, cfg, topic, 2, 1)
         before = snapshot(runner)
         mark, mark_us = time.monotonic(), now_us()
         mock_cluster.push_request_errors(HEARTBEAT, *[COORDINATOR_LOAD_IN_PROGRESS] * failures)
 
-        def failed() -> list[dict[str, Any]]:
+        def failed() -> list[MutableMapping[str, Any]]:
             return logs.find("member.heartbeat_failed", since=mark)
 
         await group.wait_until(
@@ -789,7 +778,7 @@ async def test_heartbeats_failing_past_the_session_rediscover_then_lose_the_gene
     topic = make_topic(2)
     mock_cluster.start_request_tracking()
     async with MemberGroup() as group:
-        cfg = config(mock_cluster, unique_group, topic)
+        cfg = group_config(mock_cluster, unique_group, topic)
         (runner,) = await stable_group(group, mock_cluster, cfg, topic, 2, 1)
         await group.wait_until(
             lambda: logs.has("member.heartbeat_ok"), timeout=30, what="a heartbeat"
@@ -869,7 +858,7 @@ async def test_errors_on_the_first_join_are_retried(
     mock_cluster.push_request_errors(api, code)
     async with MemberGroup() as group:
         (member,) = await stable_group(
-            group, mock_cluster, config(mock_cluster, unique_group, topic), topic, 4, 1
+            group, mock_cluster, group_config(mock_cluster, unique_group, topic), topic, 4, 1
         )
         assert len(tracked(mock_cluster, JOIN_GROUP)) >= 2  # the failed attempt + a retry
         if code in (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE):

@@ -10,40 +10,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from kgroup import (
     CommitFailed,
-    GroupConfig,
     GroupMember,
     MemberState,
     OffsetAndMetadata,
     RebalanceInProgress,
+    RebalanceListener,
     TopicPartition,
 )
 from kgroup._runtime._offsets import commit_offsets, fetch_committed
 from kgroup.testing import Broker
+from tests.integration.conftest import group_config
 
 both_brokers = pytest.mark.parametrize("broker", ["kafka", "tansu"], indirect=True)
 # The generation-dependent cases run on Kafka only: the reference broker, and each tansu
 # rejoin costs half a session timeout (the default run stays within its time budget).
 kafka_only = pytest.mark.parametrize("broker", ["kafka"], indirect=True)
-
-
-def config(broker: Broker, group: str, topic: str, **overrides: Any) -> GroupConfig:
-    values: dict[str, Any] = {
-        "bootstrap_servers": broker.bootstrap,
-        "group_id": group,
-        "topics": [topic],
-        "session_timeout_ms": 6_000,
-        "heartbeat_interval_ms": 500,
-        "max_poll_interval_ms": 30_000,
-        "request_timeout_ms": 10_000,
-    }
-    values.update(overrides)
-    return GroupConfig(**values)
 
 
 async def poll_until(member: GroupMember, done: Callable[[], bool], what: str) -> None:
@@ -59,16 +45,17 @@ async def test_commit_then_fetch_round_trip(
 ) -> None:
     topic = make_topic(3)
     tps = [TopicPartition(topic, p) for p in range(3)]
-    async with GroupMember(config(broker, unique_group, topic)) as member:
+    async with GroupMember(group_config(broker, unique_group, topic)) as member:
         await poll_until(member, lambda: len(member.assignment) == 3, "assigned")
         assert await fetch_committed(member, tps) == dict.fromkeys(tps)
         await commit_offsets(member, {tps[0]: OffsetAndMetadata(42, "note"), tps[1]: 7})
         committed = await fetch_committed(member, tps)
-    assert committed[tps[0]] is not None and committed[tps[0]].offset == 42
+    first, second = committed[tps[0]], committed[tps[1]]
+    assert first is not None and first.offset == 42
     # tansu (0.6) stores the offset but not its metadata: it answers "" (README, "Where
     # tansu differs from Kafka").
-    assert committed[tps[0]].metadata == ("note" if type(broker).__name__ == "KafkaBroker" else "")
-    assert committed[tps[1]] is not None and committed[tps[1]].offset == 7
+    assert first.metadata == ("note" if type(broker).__name__ == "KafkaBroker" else "")
+    assert second is not None and second.offset == 7
     assert committed[tps[2]] is None
 
 
@@ -79,10 +66,10 @@ async def test_commit_from_revoke_callback_reaches_the_next_owner(
     """§9.2: under eager rebalancing the revoke callback commits before JoinGroup, with the
     generation it still holds; the broker accepts it and the new owner fetches it."""
     topic = make_topic(2)
-    cfg = config(broker, unique_group, topic)
+    cfg = group_config(broker, unique_group, topic)
     commits: list[tuple[MemberState, int]] = []
 
-    class CommitOnRevoke:
+    class CommitOnRevoke(RebalanceListener):
         member: GroupMember
 
         async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
@@ -117,8 +104,8 @@ async def test_commit_from_revoke_callback_reaches_the_next_owner(
                 await asyncio.gather(*tasks)
             assert commits and commits[0][0] is MemberState.STABLE
             moved = next(iter(second.assignment))
-            got = await fetch_committed(second, [moved])
-            assert got[moved] is not None and got[moved].offset == 100 + moved.partition
+            got = (await fetch_committed(second, [moved]))[moved]
+            assert got is not None and got.offset == 100 + moved.partition
             await asyncio.gather(first.close(), second.close())
 
 
@@ -130,7 +117,7 @@ async def test_commit_after_losing_the_generation_raises_commit_failed(
     timeout and the broker evicted it) gets CommitFailed; nothing is stored."""
     topic = make_topic(1)
     tp = TopicPartition(topic, 0)
-    cfg = config(broker, unique_group, topic, session_timeout_ms=6_000)
+    cfg = group_config(broker, unique_group, topic, session_timeout_ms=6_000)
     async with GroupMember(cfg) as member:
         await poll_until(member, lambda: member.assignment == {tp}, "assigned")
         # Lose the generation the way the broker would make us: reset it as an
@@ -152,7 +139,7 @@ async def test_commit_while_rebalancing_raises_rebalance_in_progress(
     fails locally with RebalanceInProgress; after the rebalance completes it succeeds."""
     topic = make_topic(1)
     tp = TopicPartition(topic, 0)
-    cfg = config(broker, unique_group, topic)
+    cfg = group_config(broker, unique_group, topic)
     async with GroupMember(cfg) as member:
         await poll_until(member, lambda: member.assignment == {tp}, "assigned")
         member._core_call(lambda core: core.request_rejoin("test"))
@@ -165,5 +152,5 @@ async def test_commit_while_rebalancing_raises_rebalance_in_progress(
             member, lambda: member.state is MemberState.STABLE and bool(member.assignment), "back"
         )
         await commit_offsets(member, {tp: 3})
-        got = await fetch_committed(member, [tp])
-        assert got[tp] == OffsetAndMetadata(3, "", got[tp].leader_epoch if got[tp] else -1)
+        got = (await fetch_committed(member, [tp]))[tp]
+        assert got == OffsetAndMetadata(3, "", got.leader_epoch if got else -1)

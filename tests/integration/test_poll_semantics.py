@@ -4,30 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
 import structlog
 
-from kgroup import GroupConfig, GroupMember, MemberState
+from kgroup import GroupMember, MemberState, RebalanceListener
+from kgroup._config import DEFAULT_MAX_POLL_INTERVAL_MS, DEFAULT_REQUEST_TIMEOUT_MS
 from kgroup.testing import KafkaBroker, TansuBroker
 from kgroup.testing._members import MemberGroup, covered
+from tests.integration.conftest import group_config
+
+# GroupConfig's own max poll interval and request timeout, not the integration defaults.
+cfg = functools.partial(
+    group_config,
+    max_poll_interval_ms=DEFAULT_MAX_POLL_INTERVAL_MS,
+    request_timeout_ms=DEFAULT_REQUEST_TIMEOUT_MS,
+)
 
 
-def cfg(bootstrap: str, group: str, topic: str, **kw: Any) -> GroupConfig:
-    values: dict[str, Any] = dict(
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        topics=[topic],
-        session_timeout_ms=6_000,
-        heartbeat_interval_ms=500,
-    )
-    values.update(kw)
-    return GroupConfig(**values)
-
-
-def joins_sent(logs: list[dict[str, Any]], member_id: str | None = None) -> int:
+def joins_sent(logs: Sequence[Mapping[str, Any]], member_id: str | None = None) -> int:
     return sum(
         1
         for e in logs
@@ -86,7 +84,7 @@ async def test_poll_timeout_returns_while_join_continues_on_tansu(
             assert member.state is MemberState.PREPARING_REBALANCE
             sent = joins_sent(logs)
             assignment = await asyncio.wait_for(member.poll(), 30)
-            assert member.state is MemberState.STABLE and len(assignment) == 2
+            assert member.state is MemberState.STABLE and len(assignment) == 2  # type: ignore[comparison-overlap]
             assert joins_sent(logs) == sent  # no second JoinGroup
     # MEMBER_ID_REQUIRED round trip + the real join: exactly two.
     assert joins_sent(logs) == 2
@@ -125,7 +123,7 @@ async def test_revoke_callback_cancelled_mid_way_is_reported_lost_at_close_on_ka
     entered = asyncio.Event()
     calls: list[tuple[str, frozenset[Any]]] = []
 
-    class Stuck:
+    class Stuck(RebalanceListener):
         async def on_partitions_revoked(self, partitions: frozenset[Any]) -> None:
             calls.append(("revoked", partitions))
             if partitions:

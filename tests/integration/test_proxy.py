@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import os
 import socket
@@ -22,13 +23,14 @@ import pytest
 from aiokafka.client import AIOKafkaClient
 from aiokafka.protocol.coordination import FindCoordinatorRequest
 
-from kgroup import GroupConfig
 from kgroup.testing import FaultProxy, KafkaBroker, ProxiedBroker, TansuBroker
 from kgroup.testing._members import MemberGroup, covered
+from tests.integration.conftest import SESSION_MS, group_config
 
 LOOPBACK = "127.0.0.1"
-SESSION_MS = 6_000
-HEARTBEAT_MS = 500
+
+# Behind a proxy, a member gives up on a request after 3 s and backs off at most 0.5 s.
+member_config = functools.partial(group_config, request_timeout_ms=3_000, retry_backoff_max_ms=500)
 
 ProxyFactory = Callable[..., FaultProxy]
 Connect = Callable[[int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
@@ -392,19 +394,6 @@ async def test_tansu_metadata_through_the_proxy_names_only_the_proxy(
 ) -> None:
     await check_client_sees_only_the_proxy(proxied_tansu, make_topic, unique_group)
     assert proxied_tansu.proxy.upstream == (LOOPBACK, proxied_tansu.broker.port)
-
-
-def member_config(bootstrap: str, group: str, topic: str) -> GroupConfig:
-    return GroupConfig(
-        bootstrap_servers=bootstrap,
-        group_id=group,
-        topics=[topic],
-        session_timeout_ms=SESSION_MS,
-        heartbeat_interval_ms=HEARTBEAT_MS,
-        max_poll_interval_ms=30_000,
-        request_timeout_ms=3_000,
-        retry_backoff_max_ms=500,
-    )
 
 
 @pytest.mark.kafka

@@ -20,13 +20,12 @@ import pytest
 import structlog
 
 from kgroup import AuthenticationFailed, GroupAuthorizationFailed, GroupConfig, GroupMember
+from kgroup._config import DEFAULT_MAX_POLL_INTERVAL_MS
 from kgroup._core._messages import JoinGroupRequest
 from kgroup._runtime._connection import BrokerConnection
 from kgroup.testing._kafka_secure import SecureKafkaBroker
 from kgroup.testing._members import MemberGroup, covered
-
-SESSION_MS = 6_000
-HEARTBEAT_MS = 500
+from tests.integration.conftest import group_config
 
 
 @pytest.fixture(scope="module")
@@ -46,13 +45,11 @@ def group_name() -> str:
 
 
 def ssl_config(broker: SecureKafkaBroker, group: str, topic: str, **extra: Any) -> GroupConfig:
-    return GroupConfig(
-        bootstrap_servers=broker.ssl_bootstrap,
-        group_id=group,
-        topics=[topic],
-        session_timeout_ms=SESSION_MS,
-        heartbeat_interval_ms=HEARTBEAT_MS,
-        request_timeout_ms=10_000,
+    return group_config(
+        broker.ssl_bootstrap,
+        group,
+        topic,
+        max_poll_interval_ms=DEFAULT_MAX_POLL_INTERVAL_MS,
         security_protocol="SSL",
         ssl_cafile=str(broker.ca_file),
         **extra,
@@ -67,13 +64,11 @@ def sasl_config(
     user: str,
     password: str | None = None,
 ) -> GroupConfig:
-    return GroupConfig(
-        bootstrap_servers=broker.sasl_bootstrap,
-        group_id=group,
-        topics=[topic],
-        session_timeout_ms=SESSION_MS,
-        heartbeat_interval_ms=HEARTBEAT_MS,
-        request_timeout_ms=10_000,
+    return group_config(
+        broker.sasl_bootstrap,
+        group,
+        topic,
+        max_poll_interval_ms=DEFAULT_MAX_POLL_INTERVAL_MS,
         security_protocol="SASL_SSL",
         ssl_cafile=str(broker.ca_file),
         sasl_mechanism=mechanism,

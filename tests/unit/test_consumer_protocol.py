@@ -617,7 +617,9 @@ def encoded_responses(draw: st.DrawFn) -> tuple[tuple[int, int], tuple[object, .
     key = draw(response_keys)
     schema = RESPONSE_TYPES[key].SCHEMA
     values = draw(_field_values(schema))
-    return key, values, schema.encode(values)
+    assert isinstance(values, tuple)  # a schema's strategy draws a tuple of its fields
+    encoded: bytes = schema.encode(values)
+    return key, values, encoded
 
 
 def _decode_response(key: tuple[int, int], raw: bytes) -> object:

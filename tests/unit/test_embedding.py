@@ -14,7 +14,7 @@ from kgroup._core._assignors import (
     RebalanceProtocol,
 )
 from kgroup._core._consumer_protocol import Assignment, Subscription, TopicPartition
-from kgroup._core._embedding import Completion, ConsumerEmbedding, ListenerCall
+from kgroup._core._embedding import Callback, Completion, ConsumerEmbedding, ListenerCall
 from kgroup._core._messages import JoinGroupMember
 from kgroup._core._state import Generation
 from kgroup._errors import AssignmentError
@@ -173,7 +173,7 @@ def test_assignment_outside_subscription_requests_rejoin_without_callbacks() -> 
 @pytest.mark.parametrize(
     ("lost", "callback"), [(True, "on_partitions_lost"), (False, "on_partitions_revoked")]
 )
-def test_release_on_leave(lost: bool, callback: str) -> None:
+def test_release_on_leave(lost: bool, callback: Callback) -> None:
     emb = eager()
     emb.owned = tps("t", 0, 3)
     assert emb.release(lost=lost) == (ListenerCall(callback, tps("t", 0, 3)),)

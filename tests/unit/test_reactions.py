@@ -245,6 +245,7 @@ def test_every_row_is_carried_out_by_its_handler(make_harness, api, code, stale)
     if reaction is R.RESET_GENERATION:
         assert core.generation.is_reset and core.generation.member_id == ""
     if reaction is R.RESET_GENERATION_KEEP_ID:
+        assert before is not None
         assert core.generation == Generation(-1, before.member_id, None)
     if reaction in (R.STALE, R.IGNORE, R.REBALANCING, R.OK, R.FAIL, R.RETRY_BACKOFF):
         if api is not Api.JOIN_GROUP or reaction is not R.OK:
@@ -285,5 +286,5 @@ def test_invalid_assignment_ends_the_completion_and_rejoins(make_harness) -> Non
     h.action()  # CompleteJoin
     assert h.core.phase is ChainPhase.COMPLETING
     h.core.on_invalid_assignment(h.now)
-    assert h.core.phase is ChainPhase.IDLE
+    assert h.core.phase is ChainPhase.IDLE  # type: ignore[comparison-overlap]
     assert h.core.rejoin_needed and h.core.rejoin_reason == "invalid assignment"

@@ -75,7 +75,7 @@ def test_c19_no_heartbeat_while_preparing(make_harness) -> None:
         generation=2, member_id="X", leader="L", protocol_name="range", protocol_type="consumer"
     )
     assert sync is not None
-    assert h.state is S.COMPLETING_REBALANCE
+    assert h.state is S.COMPLETING_REBALANCE  # type: ignore[comparison-overlap]
     log = h.run_heartbeats(until=68_000)  # SyncGroup still outstanding
     assert log.send_times == [64_000, 67_000]
     assert {s.request.generation_id for _, s in log.sent} == {2}
@@ -128,7 +128,7 @@ def test_c20_rebalance_in_progress_ignored_while_completing(make_harness) -> Non
 @pytest.mark.parametrize(
     ("code", "member_id"), [(E.ILLEGAL_GENERATION, "X"), (E.UNKNOWN_MEMBER_ID, "")]
 )
-def test_c21_heartbeat_illegal_generation(make_harness, code: int, member_id: str) -> None:
+def test_c21_heartbeat_illegal_generation(make_harness, code: ErrorCode, member_id: str) -> None:
     """C21. Heartbeat ILLEGAL_GENERATION (current generation): UNJOINED and heartbeats stop;
     the next poll() calls on_partitions_lost (not revoked) with all owned partitions, then
     JoinGroup with the old member id (UNKNOWN_MEMBER_ID: with "")."""
@@ -150,7 +150,7 @@ def test_c21_heartbeat_illegal_generation(make_harness, code: int, member_id: st
 
 
 @pytest.mark.parametrize("code", [E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.FENCED_INSTANCE_ID])
-def test_c22_stale_heartbeat_error_is_ignored(make_harness, code: int) -> None:
+def test_c22_stale_heartbeat_error_is_ignored(make_harness, code: ErrorCode) -> None:
     """C22. Given a heartbeat sent under generation 5 whose UNKNOWN_MEMBER_ID arrives after
     the member reached generation 6. Then no reset happens and the member stays STABLE."""
     h = make_harness(group_instance_id="i1" if code == E.FENCED_INSTANCE_ID else None)

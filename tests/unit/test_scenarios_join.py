@@ -9,6 +9,8 @@ refreshing metadata), the test checks the core's part of it and says so.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from kgroup._core._consumer_protocol import Assignment, Subscription
@@ -30,6 +32,7 @@ from kgroup._errors import (
     ErrorCode,
     FencedInstanceId,
     GroupAuthorizationFailed,
+    GroupError,
     GroupMaxSizeReached,
     InconsistentGroupProtocol,
     InvalidGroupId,
@@ -38,11 +41,14 @@ from kgroup._errors import (
     UnsupportedVersion,
 )
 
+if TYPE_CHECKING:
+    from tests.unit.conftest import Harness
+
 E = ErrorCode
 S = MemberState
 
 
-def joined_with_member_id(h, member_id: str = "X") -> JoinGroupRequest:
+def joined_with_member_id(h: Harness, member_id: str = "X") -> JoinGroupRequest:
     """Cold start up to the second JoinGroup, which carries ``member_id`` (KIP-394)."""
     h.poll()
     h.find_coordinator()
@@ -117,7 +123,7 @@ def test_a1_cold_join_dynamic_member(make_harness) -> None:
         members=[h.member_entry("X", ["t"]), h.member_entry("Y", ["t"])],
     )
     assert h.core.is_leader
-    assert h.state is S.COMPLETING_REBALANCE
+    assert h.state is S.COMPLETING_REBALANCE  # type: ignore[comparison-overlap]
     assert sync is not None
     assert sync.request == SyncGroupRequest(
         group_id="g",
@@ -354,7 +360,7 @@ def test_a9_join_unknown_member_id(make_harness) -> None:
         (E.UNKNOWN_SERVER_ERROR, UnexpectedBrokerError),
     ],
 )
-def test_a10_fatal_join_errors(make_harness, code: int, error_cls: type) -> None:
+def test_a10_fatal_join_errors(make_harness, code: int, error_cls: type[GroupError]) -> None:
     """A10. For each fatal JoinGroup error: poll() raises, and no further JoinGroup is sent
     until the app polls again."""
     h = make_harness(group_instance_id="i1" if code == E.FENCED_INSTANCE_ID else None)
@@ -558,7 +564,7 @@ def test_b14_sync_rebalance_in_progress(make_harness, coop_assignor) -> None:
     assert h.state is S.COMPLETING_REBALANCE
     join = h.send_join()  # same instant, no Sleep, no PrepareJoin
     assert join.member_id == "X"
-    assert h.state is S.PREPARING_REBALANCE
+    assert h.state is S.PREPARING_REBALANCE  # type: ignore[comparison-overlap]
     assert h.calls == calls_before
     assert h.embedding.owned == h.tps("t", 0, 1)
 
@@ -604,7 +610,7 @@ def test_b16_coordinator_restart_mid_sync(make_harness) -> None:
     assert h.now == failed_at + 100
     join = h.send_join()
     assert join.member_id == "X"
-    assert h.state is S.PREPARING_REBALANCE
+    assert h.state is S.PREPARING_REBALANCE  # type: ignore[comparison-overlap]
     assert h.core.generation == Generation(1, "X", "range")
     # A SyncGroup answer from the dead connection is ignored by the new chain.
     h.sync_response(assignment=h.assignment_bytes(h.tps("t", 0)))

