@@ -913,7 +913,7 @@ class ClassicGroupModel:
         if self.state is GroupState.DEAD:
             return LeaveGroupResponse(error_code=E.COORDINATOR_NOT_AVAILABLE)
         member_id, instance = req.member_id, req.group_instance_id
-        error = E.NONE
+        error: int = E.NONE
         if member_id == "":
             if instance is not None and instance in self.static_members:
                 self._remove_current_member(self.static_members[instance])

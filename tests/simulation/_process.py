@@ -16,6 +16,7 @@ with ``GroupMember.close()``.
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import math
 from asyncio import events
@@ -48,6 +49,12 @@ LIVELOCK_STEPS = 100_000
 class ProcessLoop(asyncio.BaseEventLoop):
     """An asyncio loop on the world's virtual clock, stepped by the world's scheduler."""
 
+    # BaseEventLoop's own state, which the stepping reads (typeshed does not declare it).
+    _ready: collections.deque[Any]
+    _scheduled: list[Any]
+    _timer_cancelled_count: int
+    _clock_resolution: float
+
     def __init__(self, proc: Process) -> None:
         super().__init__()
         self._proc = proc
@@ -64,7 +71,9 @@ class ProcessLoop(asyncio.BaseEventLoop):
     def time(self) -> float:
         return self._world.sched.now / 1000.0
 
-    def call_soon(self, callback: Any, *args: Any, context: Any = None) -> Any:
+    def call_soon(  # type: ignore[override]
+        self, callback: Any, *args: Any, context: Any = None
+    ) -> asyncio.Handle:
         # BaseEventLoop.call_soon without its debug checks (the hottest call here).
         handle = events.Handle(callback, args, self, context)
         self._ready.append(handle)
@@ -73,7 +82,9 @@ class ProcessLoop(asyncio.BaseEventLoop):
             self._world.sched.at(self._world.sched.now, self._step)
         return handle
 
-    def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> Any:
+    def call_at(  # type: ignore[override]
+        self, when: float, callback: Any, *args: Any, context: Any = None
+    ) -> asyncio.TimerHandle:
         handle = super().call_at(when, callback, *args, context=context)
         self._arm(when)
         return handle

@@ -470,7 +470,7 @@ class Harness:
                     stepped.poll(shared.now())
                 await asyncio.sleep(every / 1000.0)
 
-        core.heartbeat_action = watched  # type: ignore[method-assign]
+        core.heartbeat_action = watched  # type: ignore[method-assign, assignment]
         link = CoordinatorLink(shared, MockTransport(broker))
         shared.link = link
         shared.lifecycle = Lifecycle.OPEN
