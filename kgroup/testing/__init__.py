@@ -25,6 +25,7 @@ from .._tansu import TansuBroker
 from ._invariants import Hold, OwnershipLog, OwnershipViolation
 from ._java import JavaMember, JavaMemberError
 from ._kafka import KAFKA_VERSION, KafkaBroker, cache_root, kafka_classpath, kafka_libs
+from ._kafka_secure import SecureKafkaBroker
 from ._members import ListenerEvent, MemberGroup, MemberRunner, covered
 from ._mock_cluster import MockCluster, MockClusterError, MockRequest
 from ._mock_transport import InMemoryCoordinator, MockConnection, MockTransport
@@ -60,6 +61,7 @@ __all__ = [
     "OwnershipLog",
     "OwnershipViolation",
     "ProxiedBroker",
+    "SecureKafkaBroker",
     "TansuBroker",
     "VirtualTimeLoop",
     "cache_root",

@@ -1,10 +1,11 @@
-"""Users are never told to import a private module: the README and the examples use only
+"""Users are never told to import a private module: the README, the docs and the examples use only
 kgroup's public names (``kgroup``, ``kgroup.testing``, ``kgroup.fastapi``)."""
 
 from __future__ import annotations
 
 import pathlib
 import re
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,11 @@ import kgroup
 
 ROOT = pathlib.Path(__file__).parents[2]
 PRIVATE = re.compile(r"\bkgroup(?:\.[a-z_]+)*\._[a-z]\w*")
-USER_FACING = [ROOT / "README.md", *sorted((ROOT / "examples").glob("*.py"))]
+USER_FACING = [
+    ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted((ROOT / "examples").glob("*.py")),
+]
 
 
 @pytest.mark.parametrize("path", USER_FACING, ids=lambda p: p.name)
@@ -36,3 +41,28 @@ def test_every_error_class_is_exported_and_in_the_tree() -> None:
     missing = [name for name in errors if name not in doc]
     assert missing == []
     assert {"InternalError", "OffsetsError", "AuthenticationFailed"} <= set(errors)
+
+
+def _fixture_functions() -> list[tuple[str, Any]]:
+    from kgroup.testing import _proxy_fixtures, plugin
+
+    found = []
+    for module in (plugin, _proxy_fixtures):
+        for name, obj in vars(module).items():
+            function = getattr(obj, "_fixture_function", None)
+            if function is not None and not name.startswith("_"):
+                found.append((name, function))
+    return found
+
+
+@pytest.mark.parametrize("name,function", _fixture_functions(), ids=lambda v: str(v))
+def test_public_fixtures_hand_out_public_types(name: str, function: Any) -> None:
+    """What kgroup.testing's fixtures give a test is a type the test can import from
+    kgroup.testing (or kgroup) by its public name."""
+    import kgroup.testing
+
+    public = set(kgroup.testing.__all__) | set(kgroup.__all__)
+    annotation = str(function.__annotations__.get("return", ""))
+    named = set(re.findall(r"\b([A-Z][A-Za-z]+)\b", annotation))
+    generic = {"Iterator", "AsyncIterator", "Callable", "Any", "None"}
+    assert named - generic <= public, f"{name} -> {annotation}"
