@@ -359,6 +359,10 @@ class Request:
     generation: int | None = None
     error_code: int | None = None  # of the response (Heartbeat only), when it came
     response_t: float | None = None
+    #: ``time.perf_counter()`` in the relay's process just before the whole request frame
+    #: is written toward the broker / the whole response frame toward the client.
+    fwd: float | None = None
+    response_fwd: float | None = None
 
 
 class _Buf:
@@ -584,6 +588,7 @@ class Relay:
                         self.requests.append(req)
                     if req.api_key == API_HEARTBEAT:
                         pending[req.correlation] = req
+                    req.fwd = time.perf_counter()
                 writer.write(head + frame)
                 await writer.drain()
 
@@ -602,8 +607,91 @@ class Relay:
                     if req is not None:
                         req.response_t = time.time()
                         req.error_code = parse_heartbeat_error(frame, req.api_version)
+                        req.response_fwd = time.perf_counter()
                 writer.write(head + frame)
                 await writer.drain()
+
+
+class RelayProcess:
+    """A :class:`Relay` in a child process of its own (``_proc.py relay``), with the same
+    face to the broker (``start``, ``address``, ``set_upstream``) and ``snapshot()``.
+
+    For sub-millisecond timings: in a process of its own the relay's thread does not share
+    the interpreter lock with the orchestrator's threads (the readers of the children's
+    JSON lines wake exactly when a member reports a rebalance)."""
+
+    def __init__(self, procs: Procs, name: str = "relay") -> None:
+        self.procs = procs
+        self.name = name
+        self._proc: Proc | None = None
+        self._port: int | None = None
+        self._dumps = 0
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError(f"{self.name}: not started")
+        return self._port
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def _command(self, line: str, event: str, count: int) -> dict[str, Any]:
+        p = self._proc
+        if p is None:
+            raise RuntimeError(f"{self.name}: not started")
+        p.send(line)
+        ok, why = self.procs.wait(lambda: len(p.all(event)) >= count, 30.0, watch=[p])
+        if not ok:
+            raise RuntimeError(f"{self.name}: {line.split()[0]}: {why}")
+        return p.all(event)[count - 1]
+
+    def start(self) -> RelayProcess:
+        if self._proc is not None:
+            return self
+        p = self._proc = self.procs.spawn(["relay"], self.name)
+        ok, why = self.procs.wait(lambda: p.find("listening") is not None, 30.0, watch=[p])
+        if not ok:
+            raise RuntimeError(f"{self.name}: {why}")
+        self._port = int((p.find("listening") or {})["port"])
+        return self
+
+    def set_upstream(self, host: str, port: int) -> None:
+        self._command(f"upstream {host} {port}", "upstream", 1)
+
+    def snapshot(self) -> list[Request]:
+        """Every group request the relay has seen so far (and the Heartbeat responses)."""
+        self._dumps += 1
+        path = self.procs.log_dir / f"{self.name}-{self._dumps}.json"
+        self._command(f"dump {path}", "dumped", self._dumps)
+        return [Request(**r) for r in json.loads(path.read_text())]
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self.procs.stop([self._proc], grace=10.0)
+
+
+def run_relay_child() -> None:
+    """``_proc.py relay``: a :class:`Relay` on a free port (``listening`` with ``port``);
+    stdin lines ``upstream HOST PORT`` (answered ``upstream``) and ``dump PATH`` (every
+    request as a JSON list in PATH, answered ``dumped``); stops at end of input."""
+    import dataclasses
+
+    relay = Relay().start()
+    emit("listening", port=relay.port)
+    try:
+        for line in sys.stdin:
+            cmd = line.split()
+            if cmd[:1] == ["upstream"]:
+                relay.set_upstream(cmd[1], int(cmd[2]))
+                emit("upstream")
+            elif cmd[:1] == ["dump"]:
+                rows = [dataclasses.asdict(r) for r in relay.snapshot()]
+                Path(cmd[1]).write_text(json.dumps(rows))
+                emit("dumped", requests=len(rows))
+    finally:
+        relay.close()
 
 
 # --- child side: JSON lines, logging, arguments -------------------------------------------------

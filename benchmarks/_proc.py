@@ -14,6 +14,7 @@ each client is built (classic protocol, range assignor, no auto-commit, the same
 live in ``_bench.py``.
 
 **member** (``membership.py``, ``heartbeat.py``'s watcher, ``reaction.py``): one member.
+``--kgroup-api consumer`` makes the kgroup one a ``GroupConsumer`` (``getmany`` loop).
 ``ready`` (imports done, the client is about to be created), then ``assigned`` /
 ``revoked`` / ``lost`` from the rebalance callbacks (``partitions``: the whole assignment
 after the change, ``delta``: the callback's partitions), ``closing`` on SIGTERM / SIGINT
@@ -42,6 +43,9 @@ S x uniform(1 ± ``--slice-jitter``) ms, makes one non-blocking poll and one
 ``block_end``), ``--observe-s`` s of idling, ``observed`` (with kgroup's stats), and idles
 until SIGTERM. Clients ``kgroup`` (``--kgroup-api consumer|member``), ``kgroup-isolated``
 (``isolate_heartbeat=True``), ``aiokafka``, ``confluent-aio``.
+
+**relay** (``reaction.py``): ``_bench.Relay`` in a process of its own, driven over stdin
+(``_bench.RelayProcess``).
 """
 
 from __future__ import annotations
@@ -87,11 +91,22 @@ async def member_kgroup(a: argparse.Namespace) -> None:
     tracker = b.Tracker()
     b.install_cancel_on_signals(current_task())
     b.emit("ready")
+    config, listener = b.kgroup_config(a), b.kgroup_listener(tracker)
+    consumer = a.kgroup_api == "consumer"
+    if consumer:
+        client = b.group_consumer_class()(
+            config, listener=listener, enable_auto_commit=False, auto_offset_reset="earliest"
+        )
+    else:
+        client = GroupMember(config, listener=listener)
     with contextlib.suppress(asyncio.CancelledError):
-        async with GroupMember(b.kgroup_config(a), listener=b.kgroup_listener(tracker)) as member:
+        async with client:
             try:
                 while True:
-                    assignment = await member.poll(timeout=1.0)
+                    if consumer:
+                        await client.getmany(timeout=1.0)
+                        continue
+                    assignment = await client.poll(timeout=1.0)
                     mine = frozenset(tp.partition for tp in assignment)
                     if mine != tracker.owned:
                         # poll()'s return value disagrees with the callbacks: worth a look.
@@ -763,6 +778,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
     sub_member = sub.add_parser("member", help="one member")
     b.add_client_args(sub_member, MEMBER_CLIENTS, log_level="info")
+    sub_member.add_argument(
+        "--kgroup-api",
+        choices=("member", "consumer"),
+        default="member",
+        help="kgroup: GroupMember (poll) or GroupConsumer (getmany)",
+    )
+
+    sub_relay = sub.add_parser("relay", help="the frame-aware relay (_bench.run_relay_child)")
+    sub_relay.add_argument("--log-level", default="warning")
 
     sub_idle = sub.add_parser("idle", help="N idle members in one process")
     b.add_client_args(sub_idle, IDLE_CLIENTS, heartbeat_ms=3000, session_ms=45_000)
@@ -816,6 +840,7 @@ def main(argv: list[str] | None = None) -> int:
         "idle": lambda: asyncio.run(run_idle(a)),
         "throughput": lambda: throughput_main(a),
         "heartbeat": lambda: asyncio.run(run_heartbeat(a)),
+        "relay": b.run_relay_child,
     }[a.mode]
     return b.child_main(run, a.log_level)
 
