@@ -86,11 +86,12 @@ def current_task() -> asyncio.Task[Any]:
 
 
 async def member_kgroup(a: argparse.Namespace) -> None:
+    import kgroup
     from kgroup import GroupMember
 
     tracker = b.Tracker()
     b.install_cancel_on_signals(current_task())
-    b.emit("ready")
+    b.emit("ready", kgroup=os.path.dirname(kgroup.__file__))
     config, listener = b.kgroup_config(a), b.kgroup_listener(tracker)
     consumer = a.kgroup_api == "consumer"
     if consumer:
