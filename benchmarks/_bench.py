@@ -848,7 +848,7 @@ def kgroup_config(a: Any, *, group: str | None = None, client_id: str | None = N
     when the namespace has it."""
     from kgroup import GroupConfig
 
-    extra = {}
+    extra: dict[str, Any] = {}
     if getattr(a, "isolate_heartbeat", False):
         extra["isolate_heartbeat"] = True
     return GroupConfig(

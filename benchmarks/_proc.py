@@ -469,8 +469,7 @@ async def run_idle(a: argparse.Namespace) -> None:
             result["kgroup_rebalances_in_window"] = sum(
                 int(s.get("rebalances", 0)) for s in stats1
             ) - sum(int(s.get("rebalances", 0)) for s in stats0)
-            ages = [s.get("last_heartbeat_age_ms") for s in stats1]
-            ages = [x for x in ages if x is not None]
+            ages = [float(x) for s in stats1 if (x := s.get("last_heartbeat_age_ms")) is not None]
             result["kgroup_max_heartbeat_age_ms"] = max(ages) if ages else None
         b.emit("result", **result)
     except asyncio.CancelledError:

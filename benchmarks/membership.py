@@ -742,11 +742,11 @@ def print_tables(results: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render is not None:
-        results = json.loads(args.render.read_text())
-        for entry in results.get("churn", {}).values():
+        saved = json.loads(args.render.read_text())
+        for entry in saved.get("churn", {}).values():
             if "samples" in entry:
                 entry["summary"] = summarize(entry["samples"])
-        print_tables(results)
+        print_tables(saved)
         return 0
     install_interrupts()
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="kgroup-bench-"))
