@@ -1,5 +1,21 @@
-"""Shared plumbing of ``consumer.py`` and ``heartbeat.py``: child processes that print JSON
-lines, a frame-aware Kafka relay that timestamps requests, and small statistics helpers.
+"""Shared plumbing of the benchmarks, written once.
+
+Orchestrator side (``membership.py``, ``consumer.py``, ``heartbeat.py``, ``reaction.py``):
+spawning ``_proc.py`` children that print JSON lines and stopping them (:class:`Procs`,
+:func:`popen_child`), starting the broker (:func:`make_broker`), table and number
+formatting, and a frame-aware Kafka relay that timestamps group requests and responses
+(:class:`Relay`).
+
+Child side (``_proc.py``): JSON lines on stdout (:func:`emit`), logging to stderr, the
+arguments every child takes (:func:`add_client_args`), the assignment :class:`Tracker`, and
+how each client library is built with the same settings (``kgroup_*``, ``aiokafka_*``,
+``confluent_*``: the peer selection).
+
+Which kgroup: the one ``import kgroup`` finds. With ``PYTHONPATH`` set (e.g. to another
+worktree, as ``compare_revisions.py`` does) that one; otherwise this checkout's. Children get
+the same tree first on their ``PYTHONPATH``. Nothing here imports kgroup at module level, so
+a child running a peer client does not carry kgroup's objects (they would change its garbage
+collector's work).
 
 Child processes run in their own session (process group) with a parent-death signal; the
 :class:`Procs` that spawned them SIGTERMs, then SIGKILLs every group on :meth:`Procs.stop_all`.
@@ -10,11 +26,14 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import importlib.util
 import json
+import logging
 import math
 import os
 import platform
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -27,12 +46,55 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+PROC = HERE / "_proc.py"
+LOOPBACK = "127.0.0.1"
 
-from kgroup.testing._ports import LOOPBACK, kill_with_parent_prefix  # noqa: E402
+if str(REPO) not in sys.path and (
+    not os.environ.get("PYTHONPATH") or importlib.util.find_spec("kgroup") is None
+):
+    sys.path.insert(1, str(REPO))  # this checkout's kgroup, unless PYTHONPATH names one
 
-# --- child processes ---------------------------------------------------------------------------
+
+def kgroup_tree() -> Path:
+    """The directory holding the ``kgroup`` package that ``import kgroup`` finds here."""
+    spec = importlib.util.find_spec("kgroup")
+    if spec is None or spec.origin is None:
+        raise RuntimeError("kgroup is not importable: set PYTHONPATH to a kgroup checkout")
+    return Path(spec.origin).resolve().parent.parent
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- child processes (orchestrator side) -------------------------------------------------------
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(kgroup_tree()), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def popen_child(
+    args: Sequence[str], log_path: Path, *, stdin: int | None = subprocess.PIPE
+) -> subprocess.Popen[bytes]:
+    """``python _proc.py ARGS`` in its own session with a parent-death signal; stdout is a
+    pipe of JSON lines, stderr goes to ``log_path``."""
+    from kgroup.testing._ports import kill_with_parent_prefix
+
+    argv = [*kill_with_parent_prefix(), sys.executable, str(PROC), *args]
+    with log_path.open("ab") as fh:
+        return subprocess.Popen(
+            argv,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=fh,
+            env=child_env(),
+            start_new_session=True,  # its own process group (the JVM of `java` joins it)
+            close_fds=True,
+        )
 
 
 @dataclass
@@ -62,30 +124,16 @@ class Proc:
 
 
 class Procs:
-    """Spawns ``python SCRIPT ARGS`` children; a reader thread per child collects its lines."""
+    """Spawns ``python _proc.py ARGS`` children; a reader thread per child collects its lines."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self.procs: list[Proc] = []
         self._changed = threading.Condition()
 
-    def spawn(self, script: Path, args: Sequence[str], name: str) -> Proc:
+    def spawn(self, args: Sequence[str], name: str) -> Proc:
         log_path = self.log_dir / f"{name}.log"
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
-        argv = [*kill_with_parent_prefix(), sys.executable, str(script), *args]
-        with log_path.open("ab") as log:
-            popen = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-            )
-        p = Proc(name, popen, log_path)
+        p = Proc(name, popen_child(args, log_path), log_path)
         self.procs.append(p)
         p.reader = threading.Thread(target=self._read, args=(p,), name=f"read-{name}", daemon=True)
         p.reader.start()
@@ -94,11 +142,8 @@ class Procs:
     def _read(self, p: Proc) -> None:
         assert p.proc.stdout is not None
         for raw in p.proc.stdout:
-            try:
-                record = json.loads(raw)
-            except json.JSONDecodeError:
-                record = {"t": time.time(), "event": "output", "line": raw.decode("replace")}
-            if isinstance(record, dict):
+            record = parse_line(raw)
+            if record is not None:
                 with self._changed:
                     p.events.append(record)
                     self._changed.notify_all()
@@ -130,18 +175,9 @@ class Procs:
 
     def stop(self, procs: Iterable[Proc], grace: float = 20.0) -> None:
         """SIGTERM, wait up to ``grace`` s, then SIGKILL the whole process group."""
-        live = [p for p in procs if p.proc.poll() is None]
-        for p in live:
-            with contextlib.suppress(ProcessLookupError):
-                p.proc.send_signal(signal.SIGTERM)
-        end = time.monotonic() + grace
-        for p in live:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.proc.wait(timeout=max(0.0, end - time.monotonic()))
+        procs = list(procs)
+        stop_processes([p.proc for p in procs], grace)
         for p in procs:
-            killpg(p.proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.proc.wait(timeout=5.0)
             if p.proc.stdin is not None:
                 with contextlib.suppress(OSError):
                     p.proc.stdin.close()
@@ -150,6 +186,31 @@ class Procs:
 
     def stop_all(self) -> None:
         self.stop(self.procs, grace=10.0)
+
+
+def parse_line(raw: bytes) -> dict[str, Any] | None:
+    """One JSON line of a child; anything else becomes an ``output`` event."""
+    try:
+        record = json.loads(raw)
+    except json.JSONDecodeError:
+        record = {"t": time.time(), "event": "output", "line": raw.decode("replace")}
+    return record if isinstance(record, dict) else None
+
+
+def stop_processes(procs: Sequence[subprocess.Popen[bytes]], grace: float) -> None:
+    """SIGTERM the live ones, wait up to ``grace`` s, then SIGKILL every process group."""
+    live = [p for p in procs if p.poll() is None]
+    for p in live:
+        with contextlib.suppress(ProcessLookupError):
+            p.send_signal(signal.SIGTERM)
+    end = time.monotonic() + grace
+    for p in live:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=max(0.0, end - time.monotonic()))
+    for p in procs:
+        killpg(p.pid, signal.SIGKILL)  # the group: also a JVM left behind
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=5.0)
 
 
 def killpg(pid: int, sig: int) -> None:
@@ -181,10 +242,58 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "cpu_model": model,
         "loadavg_start": list(os.getloadavg()),
+        "kgroup_tree": str(kgroup_tree()),
     }
 
 
-# --- statistics ------------------------------------------------------------------------------
+def where(meta: dict[str, Any]) -> str:
+    """``tansu, 2 CPUs (model), Python 3.11.7, load average at start ...`` for a table title."""
+    load = meta.get("loadavg_start")
+    return (
+        f"{meta['broker']}, {meta.get('cpus')} CPUs ({meta.get('cpu_model')}), Python "
+        f"{meta.get('python')}, load average at start "
+        f"{', '.join(f'{x:.2f}' for x in load) if load else '—'}"
+    )
+
+
+def write_json(path: Path | None, results: dict[str, Any]) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"results: {path}")
+
+
+# --- brokers ------------------------------------------------------------------------------------
+
+
+def make_broker(kind: str, proxy: Any = None) -> Any:
+    """A (not yet started) ``TansuBroker`` or ``KafkaBroker`` from ``kgroup.testing``; with
+    ``proxy`` (a :class:`Relay`), the broker advertises it so every client goes through it."""
+    from kgroup.testing import KafkaBroker, TansuBroker
+
+    cls = TansuBroker if kind == "tansu" else KafkaBroker
+    return cls(proxy=proxy) if proxy is not None else cls()
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """utime + stime of a process (all its threads), from /proc."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def broker_pid(broker: Any) -> int | None:
+    proc = getattr(broker, "_proc", None)  # kgroup.testing's ManagedProcess
+    pid = getattr(proc, "pid", None)
+    return pid if isinstance(pid, int) else None
+
+
+# --- numbers and tables -------------------------------------------------------------------------
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -193,6 +302,35 @@ def percentile(values: Sequence[float], q: float) -> float | None:
         return None
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def median(values: Iterable[Any]) -> float | None:
+    numbers = [float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return statistics.median(numbers) if numbers else None
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "NO"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "—" if a is None or b is None or b == 0 else f"{a / b:.2f}"
+
+
+def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
+    ]
+    line = " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
+    sep = "-+-".join("-" * w for w in widths)
+    body = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    return "\n".join([line, sep, *body])
 
 
 # --- a frame-aware Kafka relay -----------------------------------------------------------------
@@ -221,6 +359,10 @@ class Request:
     generation: int | None = None
     error_code: int | None = None  # of the response (Heartbeat only), when it came
     response_t: float | None = None
+    #: ``time.perf_counter()`` in the relay's process just before the whole request frame
+    #: is written toward the broker / the whole response frame toward the client.
+    fwd: float | None = None
+    response_fwd: float | None = None
 
 
 class _Buf:
@@ -446,6 +588,7 @@ class Relay:
                         self.requests.append(req)
                     if req.api_key == API_HEARTBEAT:
                         pending[req.correlation] = req
+                    req.fwd = time.perf_counter()
                 writer.write(head + frame)
                 await writer.drain()
 
@@ -464,5 +607,376 @@ class Relay:
                     if req is not None:
                         req.response_t = time.time()
                         req.error_code = parse_heartbeat_error(frame, req.api_version)
+                        req.response_fwd = time.perf_counter()
                 writer.write(head + frame)
                 await writer.drain()
+
+
+class RelayProcess:
+    """A :class:`Relay` in a child process of its own (``_proc.py relay``), with the same
+    face to the broker (``start``, ``address``, ``set_upstream``) and ``snapshot()``.
+
+    For sub-millisecond timings: in a process of its own the relay's thread does not share
+    the interpreter lock with the orchestrator's threads (the readers of the children's
+    JSON lines wake exactly when a member reports a rebalance)."""
+
+    def __init__(self, procs: Procs, name: str = "relay") -> None:
+        self.procs = procs
+        self.name = name
+        self._proc: Proc | None = None
+        self._port: int | None = None
+        self._dumps = 0
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise RuntimeError(f"{self.name}: not started")
+        return self._port
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def _command(self, line: str, event: str, count: int) -> dict[str, Any]:
+        p = self._proc
+        if p is None:
+            raise RuntimeError(f"{self.name}: not started")
+        p.send(line)
+        ok, why = self.procs.wait(lambda: len(p.all(event)) >= count, 30.0, watch=[p])
+        if not ok:
+            raise RuntimeError(f"{self.name}: {line.split()[0]}: {why}")
+        return p.all(event)[count - 1]
+
+    def start(self) -> RelayProcess:
+        if self._proc is not None:
+            return self
+        p = self._proc = self.procs.spawn(["relay"], self.name)
+        ok, why = self.procs.wait(lambda: p.find("listening") is not None, 30.0, watch=[p])
+        if not ok:
+            raise RuntimeError(f"{self.name}: {why}")
+        self._port = int((p.find("listening") or {})["port"])
+        return self
+
+    def set_upstream(self, host: str, port: int) -> None:
+        self._command(f"upstream {host} {port}", "upstream", 1)
+
+    def snapshot(self) -> list[Request]:
+        """Every group request the relay has seen so far (and the Heartbeat responses)."""
+        self._dumps += 1
+        path = self.procs.log_dir / f"{self.name}-{self._dumps}.json"
+        self._command(f"dump {path}", "dumped", self._dumps)
+        return [Request(**r) for r in json.loads(path.read_text())]
+
+    def close(self) -> None:
+        if self._proc is not None:
+            self.procs.stop([self._proc], grace=10.0)
+
+
+def run_relay_child() -> None:
+    """``_proc.py relay``: a :class:`Relay` on a free port (``listening`` with ``port``);
+    stdin lines ``upstream HOST PORT`` (answered ``upstream``) and ``dump PATH`` (every
+    request as a JSON list in PATH, answered ``dumped``); stops at end of input."""
+    import dataclasses
+
+    relay = Relay().start()
+    emit("listening", port=relay.port)
+    try:
+        for line in sys.stdin:
+            cmd = line.split()
+            if cmd[:1] == ["upstream"]:
+                relay.set_upstream(cmd[1], int(cmd[2]))
+                emit("upstream")
+            elif cmd[:1] == ["dump"]:
+                rows = [dataclasses.asdict(r) for r in relay.snapshot()]
+                Path(cmd[1]).write_text(json.dumps(rows))
+                emit("dumped", requests=len(rows))
+    finally:
+        relay.close()
+
+
+# --- child side: JSON lines, logging, arguments -------------------------------------------------
+
+_out_lock = threading.Lock()
+
+
+def emit(event: str, **fields: Any) -> None:
+    """One JSON line on stdout, stamped with ``time.time()``."""
+    record = {"t": time.time(), "event": event, **fields}
+    line = json.dumps(record, separators=(",", ":"), default=str)
+    with _out_lock:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+
+
+def configure_logging(level: str) -> None:
+    """Logs to stderr at ``level`` (kgroup logs through structlog, which prints to stdout
+    and at every level unless configured: stdout carries our JSON lines)."""
+    numeric = getattr(logging, level.upper())
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=numeric,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        import structlog
+    except ImportError:
+        return
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S.%f"),
+            structlog.processors.KeyValueRenderer(
+                key_order=["timestamp", "level", "event"], drop_missing=True
+            ),
+        ],
+    )
+
+
+def add_client_args(p: Any, clients: Sequence[str], **defaults: Any) -> None:
+    """The arguments every child takes: which client, where, which group and topic, and the
+    group timings every client gets alike. ``defaults`` override the defaults by dest."""
+    d: dict[str, Any] = {
+        "name": "bench",
+        "session_ms": 6000,
+        "heartbeat_ms": 1000,
+        "max_poll_ms": 300_000,
+        "log_level": "warning",
+        **defaults,
+    }
+    p.add_argument("--client", choices=clients, required=True)
+    p.add_argument("--bootstrap", required=True)
+    p.add_argument("--group", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--name", default=d["name"], help="client id")
+    p.add_argument("--session-ms", type=int, default=d["session_ms"])
+    p.add_argument("--heartbeat-ms", type=int, default=d["heartbeat_ms"])
+    p.add_argument("--max-poll-ms", type=int, default=d["max_poll_ms"])
+    p.add_argument("--log-level", default=d["log_level"])
+
+
+def client_args(a: Any, *, client: str | None = None, **extra: Any) -> list[str]:
+    """The orchestrator's half of :func:`add_client_args`: the group timings and log level
+    of ``a`` as child arguments, plus ``--client`` and ``extra`` (``--key value``; ``True``
+    is a bare flag, ``None`` / ``False`` are left out)."""
+    out = [
+        "--session-ms", str(a.session_ms), "--heartbeat-ms", str(a.heartbeat_ms),
+        "--max-poll-ms", str(getattr(a, "max_poll_ms", 300_000)), "--log-level", a.log_level,
+    ]  # fmt: skip
+    if client is not None:
+        out += ["--client", client]
+    for key, value in extra.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            out.append(flag)
+        elif value is not None and value is not False:
+            out += [flag, str(value)]
+    return out
+
+
+def install_cancel_on_signals(task: asyncio.Task[Any]) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+
+
+class StopFlag:
+    """SIGTERM / SIGINT set a flag that a synchronous poll loop checks."""
+
+    def __init__(self) -> None:
+        self.stop = False
+        signal.signal(signal.SIGTERM, self._handler)
+        signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum: int, frame: object) -> None:
+        self.stop = True
+
+
+class Tracker:
+    """A member's current assignment (partition numbers), updated by rebalance callbacks;
+    with ``report`` every change is also an ``assigned`` / ``revoked`` / ``lost`` line with
+    the whole assignment after it (``partitions``) and the callback's partitions (``delta``)."""
+
+    def __init__(self, *, report: bool = True) -> None:
+        self.owned: frozenset[int] = frozenset()
+        self.changes = 0
+        self.report = report
+
+    def _changed(self, event: str, delta: frozenset[int]) -> None:
+        self.changes += 1
+        if self.report:
+            emit(event, partitions=sorted(self.owned), delta=sorted(delta))
+
+    def assigned(self, parts: Iterable[int], *, full: bool) -> None:
+        """``full``: the callback gives the whole new assignment (eager clients), else the
+        partitions added to it (kgroup's contract)."""
+        delta = frozenset(parts)
+        self.owned = delta if full else self.owned | delta
+        self._changed("assigned", delta)
+
+    def revoked(self, parts: Iterable[int], event: str = "revoked") -> None:
+        delta = frozenset(parts)
+        self.owned = self.owned - delta
+        self._changed(event, delta)
+
+
+def stats_dict(stats: Any) -> dict[str, Any]:
+    """``stats()`` of a kgroup member or consumer as a dict: a plain dict in older kgroup,
+    a ``MemberStats`` / ``ConsumerStats`` dataclass with ``as_dict()`` since."""
+    if hasattr(stats, "as_dict"):
+        return dict(stats.as_dict())
+    return dict(stats)
+
+
+def child_main(run: Callable[[], Any], level: str) -> int:
+    """Configure logging, run, and report an uncaught failure as an ``error`` line."""
+    configure_logging(level)
+    try:
+        code = run()
+    except Exception as exc:
+        emit("error", message=repr(exc))
+        raise
+    return code if isinstance(code, int) else 0
+
+
+# --- child side: the clients, built alike (peer selection) --------------------------------------
+
+
+def kgroup_config(a: Any, *, group: str | None = None, client_id: str | None = None) -> Any:
+    """kgroup's ``GroupConfig``: range assignor, ``a``'s timings; ``a.isolate_heartbeat``
+    when the namespace has it."""
+    from kgroup import GroupConfig
+
+    extra: dict[str, Any] = {}
+    if getattr(a, "isolate_heartbeat", False):
+        extra["isolate_heartbeat"] = True
+    return GroupConfig(
+        bootstrap_servers=a.bootstrap,
+        group_id=group or a.group,
+        topics=[a.topic],
+        assignors=("range",),
+        session_timeout_ms=a.session_ms,
+        heartbeat_interval_ms=a.heartbeat_ms,
+        max_poll_interval_ms=a.max_poll_ms,
+        client_id=client_id or a.name,
+        **extra,
+    )
+
+
+def group_consumer_class() -> Any:
+    try:
+        from kgroup import GroupConsumer  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:  # not exported (older trees)
+        from kgroup._runtime._consumer import GroupConsumer
+    return GroupConsumer
+
+
+def kgroup_listener(tracker: Tracker) -> Any:
+    """A kgroup ``RebalanceListener``: callbacks give the partitions added / taken away."""
+
+    class Listener:
+        def on_partitions_assigned(self, parts: frozenset[Any]) -> None:
+            tracker.assigned((tp.partition for tp in parts), full=False)
+
+        def on_partitions_revoked(self, parts: frozenset[Any]) -> None:
+            tracker.revoked(tp.partition for tp in parts)
+
+        def on_partitions_lost(self, parts: frozenset[Any]) -> None:
+            tracker.revoked((tp.partition for tp in parts), "lost")
+
+    return Listener()
+
+
+def aiokafka_consumer(
+    a: Any,
+    *,
+    group: str | None = None,
+    client_id: str | None = None,
+    offset_reset: str = "earliest",
+) -> Any:
+    """``AIOKafkaConsumer`` with a group: range assignor, ``a``'s timings, no auto-commit."""
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+    return AIOKafkaConsumer(
+        bootstrap_servers=a.bootstrap,
+        group_id=group or a.group,
+        client_id=client_id or a.name,
+        partition_assignment_strategy=(RangePartitionAssignor,),
+        session_timeout_ms=a.session_ms,
+        heartbeat_interval_ms=a.heartbeat_ms,
+        max_poll_interval_ms=a.max_poll_ms,
+        enable_auto_commit=False,
+        auto_offset_reset=offset_reset,
+    )
+
+
+def aiokafka_listener(tracker: Tracker, on_assigned: Callable[[Any], None] | None = None) -> Any:
+    """An aiokafka ``ConsumerRebalanceListener`` (eager: the whole assignment each time)."""
+    from aiokafka import ConsumerRebalanceListener
+
+    class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+        def on_partitions_revoked(self, revoked: Any) -> None:
+            tracker.revoked(tp.partition for tp in revoked)
+
+        def on_partitions_assigned(self, assigned: Any) -> None:
+            if on_assigned is not None:
+                on_assigned(assigned)
+            tracker.assigned((tp.partition for tp in assigned), full=True)
+
+    return Listener()
+
+
+def confluent_config(
+    a: Any,
+    *,
+    group: str | None = None,
+    client_id: str | None = None,
+    offset_reset: str = "earliest",
+) -> dict[str, Any]:
+    """librdkafka settings: classic protocol, range assignor, ``a``'s timings, no
+    auto-commit."""
+    return {
+        "bootstrap.servers": a.bootstrap,
+        "group.id": group or a.group,
+        "client.id": client_id or a.name,
+        "group.protocol": "classic",
+        "partition.assignment.strategy": "range",
+        "session.timeout.ms": a.session_ms,
+        "heartbeat.interval.ms": a.heartbeat_ms,
+        "max.poll.interval.ms": a.max_poll_ms,
+        "enable.auto.commit": False,
+        "auto.offset.reset": offset_reset,
+    }
+
+
+def confluent_callbacks(tracker: Tracker, *, aio: bool, pause: bool = False) -> dict[str, Any]:
+    """``on_assign`` / ``on_revoke`` / ``on_lost`` for ``subscribe()`` of ``Consumer``
+    (``aio=False``) or ``aio.AIOConsumer`` (coroutines); ``pause`` pauses what is assigned."""
+    if aio:
+
+        async def on_assign(c: Any, parts: list[Any]) -> None:
+            if pause:
+                await c.assign(parts)
+                await c.pause(parts)
+            tracker.assigned((tp.partition for tp in parts), full=True)
+
+        async def on_revoke(c: Any, parts: list[Any]) -> None:
+            tracker.revoked(tp.partition for tp in parts)
+
+        async def on_lost(c: Any, parts: list[Any]) -> None:
+            tracker.revoked((tp.partition for tp in parts), "lost")
+
+        return {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
+
+    def on_assign_sync(c: Any, parts: list[Any]) -> None:
+        tracker.assigned((tp.partition for tp in parts), full=True)
+
+    def on_revoke_sync(c: Any, parts: list[Any]) -> None:
+        tracker.revoked(tp.partition for tp in parts)
+
+    def on_lost_sync(c: Any, parts: list[Any]) -> None:
+        tracker.revoked((tp.partition for tp in parts), "lost")
+
+    return {"on_assign": on_assign_sync, "on_revoke": on_revoke_sync, "on_lost": on_lost_sync}

@@ -7,7 +7,7 @@ consumer, on the same broker in the same run.
 1. **throughput**: ``--records`` small records (``--value-bytes``, 100) are produced once,
    round-robin, to a ``--partitions`` (6) topic. Then, per repetition and client (the order
    rotates every repetition), ONE consumer process in a fresh group reads the topic from the
-   earliest offset until it has every record (``benchmarks/_consumer_proc.py --mode
+   earliest offset until it has every record (``benchmarks/_proc.py
    throughput``). records/s counts from the first batch that had records to the last one, so
    the join (which on tansu is held ~session/2) is not in it; CPU µs per record is the
    consumer process's CPU time over the same span. Medians over ``--repeat`` runs.
@@ -15,7 +15,7 @@ consumer, on the same broker in the same run.
    event loop, each alone in its own group on an empty 1-partition topic, all fetching
    (long-polling their empty partition), at Kafka's default heartbeat / session. Once all
    are stable: process CPU over ``--idle-window`` seconds and the event-loop lag p99 (the
-   membership idle scenario's method, ``_member_proc.run_idle``).
+   membership idle scenario's method, ``_proc.py idle``).
 
 Every process started here and the broker are stopped on the way out (also on Ctrl-C or
 SIGTERM); every wait has a deadline.
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -34,21 +33,27 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _bench import Procs, install_interrupts, machine  # noqa: E402
-from membership import broker_pid, fmt, proc_cpu_seconds, render_table  # noqa: E402
+from _bench import (
+    Procs,
+    broker_pid,
+    client_args,
+    fmt,
+    install_interrupts,
+    log,
+    machine,
+    make_broker,
+    median,
+    proc_cpu_seconds,
+    ratio,
+    render_table,
+    where,
+    write_json,
+)
 
-from kgroup.testing import KafkaBroker, TansuBroker  # noqa: E402
-
-PROC = HERE / "_consumer_proc.py"
 CLIENTS = ("kgroup", "aiokafka", "confluent-aio")
 BASE = "aiokafka"  # ratios are kgroup (and confluent-aio) / aiokafka
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def produce(bootstrap: str, topic: str, records: int, partitions: int, value_bytes: int) -> float:
@@ -95,14 +100,18 @@ def throughput_run(
     group = f"tp-{client}-{rep}-{uuid.uuid4().hex[:6]}"
     name = f"tp-{client}-r{rep}"
     argv = [
-        "--mode", "throughput", "--client", client, "--bootstrap", bootstrap,
-        "--group", group, "--topic", topic, "--name", name,
-        "--records", str(args.records), "--max-records", str(args.max_records),
-        "--session-ms", str(args.session_ms), "--heartbeat-ms", str(args.heartbeat_ms),
-        "--deadline", str(args.deadline), "--log-level", args.log_level,
-        *(["--gc-freeze"] if args.gc_freeze else []),
+        "throughput", "--bootstrap", bootstrap, "--group", group, "--topic", topic,
+        *client_args(
+            args,
+            client=client,
+            name=name,
+            records=args.records,
+            max_records=args.max_records,
+            deadline=args.deadline,
+            gc_freeze=args.gc_freeze,
+        ),
     ]  # fmt: skip
-    p = procs.spawn(PROC, argv, name)
+    p = procs.spawn(argv, name)
     try:
         ok, why = procs.wait(lambda: p.find("result") is not None, args.deadline + 60, watch=[p])
         if not ok:
@@ -128,14 +137,14 @@ def idle_run(
     broker.create_topic(topic, 1)
     name = f"idle-{client}-{n}"
     argv = [
-        "--mode", "idle", "--client", client, "--bootstrap", broker.bootstrap,
-        "--group", f"idle-{client}-{suffix}", "--topic", topic, "--name", name,
-        "--idle", str(n), "--window", str(args.idle_window), "--settle", "3",
+        "idle", "--bootstrap", broker.bootstrap, "--group", f"idle-{client}-{suffix}",
+        "--topic", topic, "--name", name, "--session-ms", str(args.idle_session_ms),
+        "--heartbeat-ms", str(args.idle_heartbeat_ms), "--log-level", args.log_level,
+        "--client", client, "--kgroup-api", "consumer", "--idle", str(n),
+        "--window", str(args.idle_window), "--settle", "3",
         "--join-deadline", str(args.idle_join_deadline),
-        "--session-ms", str(args.idle_session_ms), "--heartbeat-ms", str(args.idle_heartbeat_ms),
-        "--log-level", args.log_level,
     ]  # fmt: skip
-    p = procs.spawn(PROC, argv, name)
+    p = procs.spawn(argv, name)
     pid = broker_pid(broker)
     try:
         ok, why = procs.wait(
@@ -168,27 +177,18 @@ def idle_run(
 # --- output --------------------------------------------------------------------------------------
 
 
-def med(values: list[Any]) -> float | None:
-    nums = [float(v) for v in values if isinstance(v, (int, float))]
-    return statistics.median(nums) if nums else None
-
-
-def ratio(a: float | None, b: float | None) -> str:
-    return "—" if a is None or b is None or b == 0 else f"{a / b:.2f}"
-
-
 def summarize_throughput(samples: list[dict[str, Any]]) -> dict[str, Any]:
     good = [s for s in samples if s.get("ok")]
     rates = [s["records_per_s"] for s in good if s.get("records_per_s")]
     return {
         "runs": len(samples),
         "ok_runs": len(good),
-        "records_per_s": med(rates),
+        "records_per_s": median(rates),
         "records_per_s_min": min(rates) if rates else None,
         "records_per_s_max": max(rates) if rates else None,
-        "cpu_us_per_record": med([s.get("cpu_us_per_record") for s in good]),
-        "first_batch_s": med([s.get("first_batch_s") for s in good]),
-        "total_s": med([s.get("total_s") for s in good]),
+        "cpu_us_per_record": median([s.get("cpu_us_per_record") for s in good]),
+        "first_batch_s": median([s.get("first_batch_s") for s in good]),
+        "total_s": median([s.get("total_s") for s in good]),
         "errors": [s.get("reason") for s in samples if not s.get("ok")],
     }
 
@@ -276,14 +276,10 @@ def idle_table(rows_in: list[dict[str, Any]]) -> str:
 
 def print_tables(results: dict[str, Any]) -> None:
     m = results["meta"]
-    load = m.get("loadavg_start")
-    where = (
-        f"{m['broker']}, {m.get('cpus')} CPUs ({m.get('cpu_model')}), Python {m.get('python')}, "
-        f"load average at start {', '.join(f'{x:.2f}' for x in load) if load else '—'}"
-    )
+    place = where(m)
     if results["throughput"]:
         print(
-            f"\nConsumption throughput on {where}: {m['records']} records of "
+            f"\nConsumption throughput on {place}: {m['records']} records of "
             f"{m['value_bytes']} B on {m['partitions']} partitions, one consumer, fresh group "
             f"from earliest, batches of <= {m['max_records']}; median of {m['repeat']} runs"
             + ("; gc.freeze() after imports" if m.get("gc_freeze") else "")
@@ -291,7 +287,7 @@ def print_tables(results: dict[str, Any]) -> None:
         print(throughput_table(results["throughput"]))
     if results["idle"]:
         print(
-            f"\nIdle fetching consumers on {where}: one process per row, each consumer alone "
+            f"\nIdle fetching consumers on {place}: one process per row, each consumer alone "
             f"in its own group on an empty 1-partition topic, heartbeat "
             f"{m['idle_heartbeat_ms']} ms, session {m['idle_session_ms']} ms, window "
             f"{m['idle_window_s']:.0f} s"
@@ -371,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         "throughput": {},
         "idle": [],
     }
-    broker: Any = TansuBroker() if args.broker == "tansu" else KafkaBroker()
+    broker = make_broker(args.broker)
     procs = Procs(log_dir)
     interrupted = False
     try:
@@ -420,10 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"]["loadavg_end"] = list(os.getloadavg())
     print_tables(results)
     print(f"\nlogs: {log_dir}")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
-        print(f"results: {args.json}")
+    write_json(args.json, results)
     return 130 if interrupted else 0
 
 

@@ -11,8 +11,8 @@ the group, member id and generation it carries, plus each Heartbeat response's e
 Per client (``kgroup`` default mode, ``kgroup-isolated`` = ``isolate_heartbeat=True``,
 ``aiokafka``, ``confluent-aio``), on a fresh 2-partition topic and group:
 
-1. The subject (``_heartbeat_proc.py``) joins; a watcher member of the same client
-   (``_member_proc.py``, its own process) joins the same group; both hold one partition.
+1. The subject (``_proc.py heartbeat``) joins; a watcher member of the same client
+   (``_proc.py member``, its own process) joins the same group; both hold one partition.
 2. For each slice length S in ``--slices`` the subject's loop spins the CPU S ms at a time,
    back to back, for ``--phase-s`` seconds (S = 0: an idle baseline). Lateness of one
    heartbeat = the gap since the subject's previous heartbeat (both inside the phase) minus
@@ -40,34 +40,31 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _bench import (  # noqa: E402
+from _bench import (
     API_HEARTBEAT,
     API_JOIN_GROUP,
     Proc,
     Procs,
     Relay,
     Request,
+    client_args,
+    fmt,
     install_interrupts,
+    log,
     machine,
+    make_broker,
     percentile,
+    render_table,
+    where,
+    write_json,
 )
-from membership import fmt, render_table  # noqa: E402
 
-from kgroup.testing import KafkaBroker, TansuBroker  # noqa: E402
-
-SUBJECT = HERE / "_heartbeat_proc.py"
-WATCHER = HERE / "_member_proc.py"
 CLIENTS = ("kgroup", "kgroup-isolated", "aiokafka", "confluent-aio")
 BASE = "aiokafka"
 WATCHER_CLIENT = {"kgroup-isolated": "kgroup"}
 CHANGES = ("assigned", "revoked", "lost")
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def owned(p: Proc) -> list[int] | None:
@@ -82,30 +79,29 @@ def run_client(
     topic = group = f"hb-{client}-{rep}-{suffix}"
     broker.create_topic(topic, 2)
     subject_name, watcher_name = f"hb-subject-{client}-{rep}", f"hb-watch-{client}-{rep}"
-    common = [
-        "--bootstrap", relay.address, "--group", group, "--topic", topic,
-        "--session-ms", str(a.session_ms), "--heartbeat-ms", str(a.heartbeat_ms),
-        "--max-poll-ms", str(a.max_poll_ms), "--log-level", a.log_level,
-    ]  # fmt: skip
+    common = ["--bootstrap", relay.address, "--group", group, "--topic", topic]
     block_s = a.block_factor * a.session_ms / 1000.0
-    subject_args = [
-        "--client", client, "--name", subject_name, *common,
-        "--slices", a.slices, "--phase-s", str(a.phase_s), "--block-s", str(block_s),
-        "--observe-s", str(a.observe_s), "--kgroup-api", a.kgroup_api,
-        "--slice-jitter", str(a.slice_jitter), "--seed", str(a.seed + rep),
-    ]  # fmt: skip
-    subject = procs.spawn(SUBJECT, subject_args, subject_name)
+    subject_args = client_args(
+        a,
+        client=client,
+        name=subject_name,
+        slices=a.slices,
+        phase_s=a.phase_s,
+        block_s=block_s,
+        observe_s=a.observe_s,
+        kgroup_api=a.kgroup_api,
+        slice_jitter=a.slice_jitter,
+        seed=a.seed + rep,
+    )
+    subject = procs.spawn(["heartbeat", *common, *subject_args], subject_name)
     started: list[Proc] = [subject]
     out: dict[str, Any] = {"client": client, "repeat": rep, "group": group, "block_s": block_s}
     try:
         ok, why = procs.wait(lambda: bool(owned(subject)), a.deadline, watch=[subject])
         if not ok:
             return {**out, "ok": False, "reason": f"subject join: {why}"}
-        watcher = procs.spawn(
-            WATCHER,
-            ["--client", WATCHER_CLIENT.get(client, client), "--name", watcher_name, *common],
-            watcher_name,
-        )
+        watcher_args = client_args(a, client=WATCHER_CLIENT.get(client, client), name=watcher_name)
+        watcher = procs.spawn(["member", *common, *watcher_args], watcher_name)
         started.append(watcher)
         ok, why = procs.wait(
             lambda: len(owned(subject) or []) == 1 and len(owned(watcher) or []) == 1,
@@ -295,12 +291,9 @@ def table(results: dict[str, list[dict[str, Any]]], slice_names: list[str]) -> s
 
 def print_table(results: dict[str, Any]) -> None:
     m = results["meta"]
-    load = m.get("loadavg_start")
     print(
         f"\nHeartbeat lateness (gap between consecutive heartbeats at the relay minus the "
-        f"{m['heartbeat_ms']} ms interval) on {m['broker']}, {m.get('cpus')} CPUs "
-        f"({m.get('cpu_model')}), Python {m.get('python')}, load average at start "
-        f"{', '.join(f'{x:.2f}' for x in load) if load else '—'}; session {m['session_ms']} ms, "
+        f"{m['heartbeat_ms']} ms interval) on {where(m)}; session {m['session_ms']} ms, "
         f"{m['phase_s']:.0f} s per phase, slices S x uniform(1 ± {m.get('slice_jitter', 0)}), "
         f"{m['repeat']} run(s); kgroup API: {m['kgroup_api']}"
     )
@@ -311,9 +304,9 @@ def print_table(results: dict[str, Any]) -> None:
 
 
 def group_consumer_available() -> bool:
-    try:
-        from _consumer_proc import group_consumer_class
+    from _bench import group_consumer_class
 
+    try:
         group_consumer_class()
     except ImportError:
         return False
@@ -394,11 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         "clients": {},
     }
     relay = Relay()
-    broker: Any = (
-        TansuBroker(proxy=relay)  # type: ignore[arg-type]
-        if args.broker == "tansu"
-        else KafkaBroker(proxy=relay)  # type: ignore[arg-type]
-    )
+    broker = make_broker(args.broker, proxy=relay)
     procs = Procs(log_dir)
     interrupted = False
     try:
@@ -427,10 +416,7 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"]["loadavg_end"] = list(os.getloadavg())
     print_table(results)
     print(f"\nlogs: {log_dir}")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
-        print(f"results: {args.json}")
+    write_json(args.json, results)
     return 130 if interrupted else 0
 
 

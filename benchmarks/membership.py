@@ -3,7 +3,7 @@
     python benchmarks/membership.py [--broker tansu|kafka] [--members 3] [--repeat N]
                                     [--idle-members 1000] [--json results.json]
 
-Every member runs in its own process (``benchmarks/_member_proc.py``), which reports each
+Every member runs in its own process (``benchmarks/_proc.py member``), which reports each
 assignment change with a ``time.time()`` stamp. Scenarios, per client and repetition:
 
 1. **join**: start ``--members`` members of a fresh group on a fresh topic
@@ -30,11 +30,9 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import queue
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,15 +44,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kgroup.testing import KafkaBroker, TansuBroker  # noqa: E402
-from kgroup.testing._ports import kill_with_parent_prefix  # noqa: E402
+from _bench import (
+    broker_pid,
+    fmt,
+    install_interrupts,
+    killpg,
+    log,
+    machine,
+    make_broker,
+    median,
+    parse_line,
+    popen_child,
+    proc_cpu_seconds,
+    ratio,
+    render_table,
+    stop_processes,
+    write_json,
+)
 
-MEMBER_PROC = HERE / "_member_proc.py"
 CLIENTS = ("kgroup", "aiokafka", "confluent", "confluent-aio", "kafka-python", "java")
 IDLE_PEERS = ("aiokafka", "confluent-aio")
 
@@ -112,39 +121,24 @@ class Fleet:
         self._keys = iter(range(1, 1_000_000))
         self.on_event: Callable[[Member, dict[str, Any]], None] | None = None
 
-    def spawn(self, client: str, group: str, topic: str, name: str, extra: Sequence[str]) -> Member:
+    def spawn(
+        self,
+        client: str,
+        group: str,
+        topic: str,
+        name: str,
+        extra: Sequence[str],
+        mode: str = "member",
+    ) -> Member:
+        """``_proc.py MODE`` (``member`` or ``idle``) of ``client`` in ``group``."""
         key = next(self._keys)
         log_path = self.log_dir / f"{name}.log"
-        argv = [
-            *kill_with_parent_prefix(),
-            sys.executable,
-            str(MEMBER_PROC),
-            "--client",
-            client,
-            "--bootstrap",
-            self.bootstrap,
-            "--group",
-            group,
-            "--topic",
-            topic,
-            "--name",
-            name,
-            *extra,
-        ]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        env["PYTHONUNBUFFERED"] = "1"
-        with log_path.open("ab") as log:
-            spawn_t = time.time()
-            proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                env=env,
-                start_new_session=True,  # its own process group (the JVM of `java` joins it)
-                close_fds=True,
-            )
+        args = [
+            mode, "--client", client, "--bootstrap", self.bootstrap,
+            "--group", group, "--topic", topic, "--name", name, *extra,
+        ]  # fmt: skip
+        spawn_t = time.time()
+        proc = popen_child(args, log_path, stdin=subprocess.DEVNULL)
         member = Member(key, client, name, proc, spawn_t, log_path)
         self.members[key] = member
         member.reader = threading.Thread(
@@ -157,11 +151,8 @@ class Fleet:
         stdout = member.proc.stdout
         assert stdout is not None
         for raw in stdout:
-            try:
-                record = json.loads(raw)
-            except json.JSONDecodeError:
-                record = {"t": time.time(), "event": "output", "line": raw.decode(errors="replace")}
-            if isinstance(record, dict):
+            record = parse_line(raw)
+            if record is not None:
                 self.inbox.put((member.key, record, time.time()))
         self.inbox.put((member.key, None, time.time()))
 
@@ -229,23 +220,13 @@ class Fleet:
         """SIGKILL the member's whole process group (wrapper and JVM alike)."""
         member.signalled = "SIGKILL"
         t = time.time()
-        _killpg(member.proc.pid, signal.SIGKILL)
+        killpg(member.proc.pid, signal.SIGKILL)
         return t
 
     def stop(self, members: Iterable[Member], grace: float = 15.0) -> None:
         """SIGTERM every live member, wait up to ``grace`` s, then SIGKILL the groups."""
-        live = [m for m in members if m.proc.poll() is None]
-        for m in live:
-            with contextlib.suppress(ProcessLookupError):
-                m.proc.send_signal(signal.SIGTERM)
-        end = time.monotonic() + grace
-        for m in live:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                m.proc.wait(timeout=max(0.0, end - time.monotonic()))
-        for m in members:
-            _killpg(m.proc.pid, signal.SIGKILL)  # the group: also a JVM left behind
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                m.proc.wait(timeout=5.0)
+        members = list(members)
+        stop_processes([m.proc for m in members], grace)
         for m in members:
             if m.reader is not None:
                 m.reader.join(timeout=5.0)
@@ -255,14 +236,6 @@ class Fleet:
 
     def stop_all(self) -> None:
         self.stop(list(self.members.values()), grace=10.0)
-
-
-def _killpg(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
 
 
 # --- scenarios -------------------------------------------------------------------------------
@@ -488,23 +461,6 @@ class ChurnBench:
 # --- idle ------------------------------------------------------------------------------------
 
 
-def proc_cpu_seconds(pid: int) -> float | None:
-    """utime + stime of a process (all its threads), from /proc."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    ticks = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / ticks
-
-
-def broker_pid(broker: Any) -> int | None:
-    proc = getattr(broker, "_proc", None)  # kgroup.testing's ManagedProcess
-    pid = getattr(proc, "pid", None)
-    return pid if isinstance(pid, int) else None
-
-
 def run_idle(
     fleet: Fleet,
     broker: Any,
@@ -556,7 +512,7 @@ def run_idle(
             log(f"  {name}: {record.get('stable')}/{record.get('of')} stable")
 
     fleet.on_event = on_event
-    member = fleet.spawn(client, f"idle-{client}-{suffix}", topic, name, extra)
+    member = fleet.spawn(client, f"idle-{client}-{suffix}", topic, name, extra, mode="idle")
     try:
         budget = args.idle_join_deadline + args.idle_window + 90.0
         ok, why = fleet.wait_until(
@@ -583,21 +539,6 @@ def run_idle(
 
 
 # --- output ----------------------------------------------------------------------------------
-
-
-def fmt(value: Any, digits: int = 2) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, bool):
-        return "yes" if value else "NO"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def median(values: Iterable[Any]) -> float | None:
-    numbers = [float(v) for v in values if isinstance(v, (int, float))]
-    return statistics.median(numbers) if numbers else None
 
 
 def summarize(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -629,22 +570,6 @@ def _after_learn(sample: dict[str, Any], kind: str) -> float | None:
     if total is None or learned is None:
         return None
     return float(total) - float(learned)
-
-
-def render_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [
-        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
-    ]
-    line = " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True))
-    sep = "-+-".join("-" * w for w in widths)
-    body = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
-    return "\n".join([line, sep, *body])
-
-
-def ratio(a: float | None, b: float | None) -> str:
-    if a is None or b is None or b == 0:
-        return "—"
-    return f"{a / b:.2f}"
 
 
 def churn_table(results: dict[str, dict[str, Any]]) -> str:
@@ -795,10 +720,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def print_tables(results: dict[str, Any]) -> None:
     m = results["meta"]
     if results["churn"]:
@@ -821,20 +742,15 @@ def print_tables(results: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render is not None:
-        results = json.loads(args.render.read_text())
-        for entry in results.get("churn", {}).values():
+        saved = json.loads(args.render.read_text())
+        for entry in saved.get("churn", {}).values():
             if "samples" in entry:
                 entry["summary"] = summarize(entry["samples"])
-        print_tables(results)
+        print_tables(saved)
         return 0
-    signal.signal(signal.SIGTERM, _raise_interrupt)
-    with contextlib.suppress(AttributeError, ValueError):
-        signal.signal(signal.SIGHUP, _raise_interrupt)
+    install_interrupts()
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="kgroup-bench-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-
-    def log(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
 
     results: dict[str, Any] = {
         "meta": {
@@ -851,15 +767,14 @@ def main(argv: list[str] | None = None) -> int:
             "idle_window_s": args.idle_window,
             "idle_poll_timeout": args.idle_poll_timeout,
             "idle_peer_pause": args.idle_peer_pause,
-            "python": platform.python_version(),
-            "cpus": os.cpu_count(),
-            "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "log_dir": str(log_dir),
+            **machine(),
         },
         "churn": {},
         "idle": [],
     }
-    broker: Any = TansuBroker() if args.broker == "tansu" else KafkaBroker()
+    broker = make_broker(args.broker)
     fleet: Fleet | None = None
     interrupted = False
     try:
@@ -934,12 +849,10 @@ def main(argv: list[str] | None = None) -> int:
             fleet.stop_all()
         broker.close()
 
+    results["meta"]["loadavg_end"] = list(os.getloadavg())
     print_tables(results)
     print(f"\nmember logs: {log_dir}")
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
-        print(f"results: {args.json}")
+    write_json(args.json, results)
     return 130 if interrupted else 0
 
 
