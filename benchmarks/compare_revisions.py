@@ -50,7 +50,24 @@ from _bench import fmt, install_interrupts, killpg, log, machine, render_table, 
 
 HERE = Path(__file__).resolve().parent
 BENCHMARKS = ("membership", "heartbeat", "consumer", "reaction")
-LAUNCHERS = ("kgroup/testing/_tansu.py", "kgroup/testing/_kafka.py", "kgroup/testing/_ports.py")
+#: The broker launchers, by the paths they have had (the first that exists is compared).
+LAUNCHERS = (
+    ("kgroup/_tansu.py", "kgroup/testing/_tansu.py"),
+    ("kgroup/testing/_kafka.py",),
+    ("kgroup/_broker_process.py", "kgroup/testing/_ports.py"),
+)
+
+
+def _launcher(tree: Path, paths: tuple[str, ...]) -> Path:
+    return next((tree / p for p in paths if (tree / p).exists()), tree / paths[-1])
+
+
+def _launchers_differ(before: Path, after: Path) -> list[str]:
+    return [
+        paths[0]
+        for paths in LAUNCHERS
+        if not filecmp.cmp(_launcher(before, paths), _launcher(after, paths), shallow=False)
+    ]
 
 
 def bench_args(bench: str, a: argparse.Namespace) -> list[str]:
@@ -278,9 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     a.out = a.out or Path(tempfile.mkdtemp(prefix="kgroup-compare-"))
     a.out.mkdir(parents=True, exist_ok=True)
     before, after = a.before.resolve(), a.after.resolve()
-    differ = [
-        f for f in LAUNCHERS if not filecmp.cmp(before / f, after / f, shallow=False)
-    ]  # the broker each script starts comes from the tree under test
+    differ = _launchers_differ(before, after)  # each tree starts the broker from its own code
     meta: dict[str, Any] = {
         "before": str(before),
         "after": str(after),

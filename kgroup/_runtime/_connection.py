@@ -66,6 +66,25 @@ class _Prepared:
         return self.request
 
 
+class Pending:
+    """A request written to a connection, waiting for its answer (see ``finish``)."""
+
+    __slots__ = ("answer", "decode", "label", "timeout_ms")
+
+    def __init__(
+        self, answer: asyncio.Future[Any], label: str, timeout_ms: float, decode: bool
+    ) -> None:
+        self.answer = answer
+        self.label = label
+        self.timeout_ms = timeout_ms
+        self.decode = decode
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # marks a failure as seen: nobody may be waiting any more
+
+
 class _RedactSaslTokens(logging.Filter):
     """aiokafka logs every request it sends at debug level, SaslAuthenticate included, and a
     PLAIN token is ``user NUL user NUL password``: this filter (on the ``aiokafka.conn``
@@ -197,25 +216,36 @@ class BrokerConnection:
         versions: dict[int, tuple[int, int]] = self._conn._versions
         return versions
 
-    async def request(self, message: Any, timeout_ms: float) -> Any:
-        """Send a kgroup message (from ``kgroup._core._messages``) and return its decoded
-        response value. Raises CoordinatorError on transport failure or timeout,
-        RemoteProtocolError on a malformed answer (the connection is closed in both
-        cases), UnsupportedVersion or LocalProtocolError."""
+    def start(self, message: Any, timeout_ms: float) -> Pending:
+        """Write a kgroup message (from ``kgroup._core._messages``) to the socket now, before
+        returning, so it leaves in the caller's loop step; :meth:`finish` waits for its
+        answer, at most ``timeout_ms``. Raises CoordinatorError when the connection is
+        closed or the write fails, UnsupportedVersion or LocalProtocolError."""
         if self._closed:
             raise CoordinatorError(f"connection to {self.where} is closed")
         struct = _protocol.to_wire(message).prepare(self.api_versions)
-        label = request_label(struct)
-        response = await self._exchange(_Prepared(struct), label, timeout_ms)
+        return self._write(struct, timeout_ms, decode=True)
+
+    async def finish(self, pending: Pending) -> Any:
+        """The answer to a request :meth:`start` wrote, decoded. Raises CoordinatorError on
+        transport failure or timeout, RemoteProtocolError on a malformed answer (the
+        connection is closed in both cases)."""
+        response = await self._await(pending)
+        if not pending.decode:
+            return response
         try:
             value = _protocol.from_wire(response)
         except RemoteProtocolError as exc:
             text = f"{exc} (from {self.where}); connection closed"
-            log_protocol_error(self.where, label, text)
+            log_protocol_error(self.where, pending.label, text)
             self.close()
             raise RemoteProtocolError(text) from exc
-        self._check_error_codes(label, value)
+        self._check_error_codes(pending.label, value)
         return value
+
+    async def request(self, message: Any, timeout_ms: float) -> Any:
+        """:meth:`start`, then :meth:`finish`: the decoded response value."""
+        return await self.finish(self.start(message, timeout_ms))
 
     async def raw_request(self, request: Any, timeout_ms: float) -> Any:
         """Send an aiokafka ``Request`` builder as is (metadata); same error mapping."""
@@ -227,14 +257,30 @@ class BrokerConnection:
             raise CoordinatorError(
                 f"{type(request).__name__} to {self.where}: no usable version: {exc!r}"
             ) from exc
-        return await self._exchange(_Prepared(struct), request_label(struct), timeout_ms)
+        return await self.finish(self._write(struct, timeout_ms, decode=False))
 
-    async def _exchange(self, prepared: _Prepared, label: str, timeout_ms: float) -> Any:
-        """One request and its decoded response struct; every failure closes the
-        connection and is raised as a kgroup error naming ``label`` and the broker."""
+    def _write(self, struct: Any, timeout_ms: float, *, decode: bool) -> Pending:
+        label = request_label(struct)
+        try:
+            # aiokafka writes the frame before send() returns; what it returns is only its
+            # own wait for the answer, replaced here by the response future itself (its
+            # timeout is kgroup's, in _await).
+            waiting = self._conn.send(_Prepared(struct))
+            waiting.close()
+            answer: asyncio.Future[Any] = self._conn._requests[-1][2]
+        except (KafkaError, OSError, ValueError) as exc:
+            self.close()
+            raise CoordinatorError(f"{label} to {self.where} failed: {_describe(exc)}") from exc
+        answer.add_done_callback(_retrieved)  # the caller may be cancelled before awaiting
+        return Pending(answer, label, timeout_ms, decode)
+
+    async def _await(self, pending: Pending) -> Any:
+        """The response struct; every failure closes the connection and is raised as a
+        kgroup error naming the request and the broker."""
+        label, timeout_ms = pending.label, pending.timeout_ms
         try:
             async with asyncio.timeout(timeout_ms / 1000):
-                return await self._conn.send(prepared)
+                return await pending.answer
         except TimeoutError as exc:
             announced = self._conn.announced
             partial = (

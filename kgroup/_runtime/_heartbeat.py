@@ -15,6 +15,7 @@ heartbeat is due after ``poll()``, an assignment is installed, and at close.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, assert_never
 
 from .._core._member import (
@@ -127,15 +128,23 @@ class HeartbeatDriver:
         shared = self._shared
         with shared.lock:
             shared.hb_stats.sending()
-        shared.tasks.spawn(self._round_trip(action, sent), "kgroup-heartbeat-request")
+        # On the wire before the loop yields (when the connection is ready).
+        answer = self._link.send_now(action.request, action.timeout_ms)
+        shared.tasks.spawn(self._round_trip(action, sent, answer), "kgroup-heartbeat-request")
 
-    async def _round_trip(self, action: SendHeartbeat, sent: float) -> None:
-        """The heartbeat request; its answer (or the failure the protocol knows) goes to the
-        core at once, in this task, then the loop recomputes its wait. Anything else raised
-        here is a kgroup bug and fails the task."""
+    async def _round_trip(
+        self, action: SendHeartbeat, sent: float, answer: Callable[[], Awaitable[Any]] | None
+    ) -> None:
+        """The heartbeat's answer (or the failure the protocol knows) goes to the core at
+        once, in this task, then the loop recomputes its wait. The request was written
+        already (``answer``), or is sent here. Anything else raised here is a kgroup bug and
+        fails the task."""
         outcome: HeartbeatResponse | KGroupError
         try:
-            outcome = await self._link.request(action.request, action.timeout_ms)
+            if answer is not None:
+                outcome = await answer()
+            else:
+                outcome = await self._link.request(action.request, action.timeout_ms)
         except KGroupError as exc:
             outcome = exc
         self._answered(action, sent, outcome)

@@ -9,6 +9,8 @@ when the coordinator is known or forgotten; the link only connects, sends and re
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._core._state import Coordinator
@@ -80,6 +82,34 @@ class CoordinatorLink:
         connection is dropped then)."""
         conn = await self.connection()
         return await conn.request(request, timeout_ms)
+
+    def send_now(self, request: Any, timeout_ms: float) -> Callable[[], Awaitable[Any]] | None:
+        """Write ``request`` to the coordinator before returning, when its connection is
+        open and nobody is connecting (so it leaves in this loop step, not after whatever
+        else is ready: a busy application loop must not delay a heartbeat or a JoinGroup by
+        one more of its slices). Returns the wait for the answer, or None when the request
+        must go through :meth:`request` instead. A connection offers this with
+        ``start(request, timeout_ms)`` (write now) and ``finish(pending)`` (the answer)."""
+        shared = self._shared
+        core = shared.core
+        conn = self._conn
+        if (
+            conn is None
+            or core is None
+            or shared.lifecycle is Lifecycle.CLOSED
+            or self._conn_lock.locked()
+            or self._conn_for is not core.coordinator
+            or not conn.connected
+        ):
+            return None
+        start = getattr(conn, "start", None)
+        if start is None:
+            return None
+        try:
+            pending = start(request, timeout_ms)
+        except KGroupError:
+            return None  # request() meets the same failure and reports it
+        return functools.partial(conn.finish, pending)  # type: ignore[attr-defined]
 
     def ensure_lookup(self) -> asyncio.Task[None]:
         """The running FindCoordinator lookup, started if none runs (at most one)."""

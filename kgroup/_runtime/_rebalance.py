@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import functools
 import inspect
+from collections.abc import Awaitable, Callable
 from typing import Any, assert_never
 
 from .._core._embedding import ListenerCall
@@ -181,15 +182,23 @@ class RebalanceDriver:
     # -- the join chain (coordinator loop) -------------------------------------------------------
 
     def _start_chain(self, action: SendJoinGroup) -> asyncio.Task[None]:
-        self.chain = self._shared.tasks.spawn(self._run_chain(action), "kgroup-join-chain")
+        # The JoinGroup leaves right now (when the connection is ready).
+        answer = self._link.send_now(action.request, action.timeout_ms)
+        self.chain = self._shared.tasks.spawn(self._run_chain(action, answer), "kgroup-join-chain")
         return self.chain
 
-    async def _run_chain(self, action: SendJoinGroup) -> None:
-        """JoinGroup, then (leader) assignment, then SyncGroup; every outcome reported to
-        the core, which decides what happens next."""
+    async def _run_chain(
+        self, action: SendJoinGroup, answer: Callable[[], Awaitable[Any]] | None
+    ) -> None:
+        """JoinGroup (already written when ``answer`` is given), then (leader) assignment,
+        then SyncGroup; every outcome reported to the core, which decides what happens
+        next."""
         shared, link = self._shared, self._link
         try:
-            join = await link.request(action.request, action.timeout_ms)
+            if answer is not None:
+                join = await answer()
+            else:
+                join = await link.request(action.request, action.timeout_ms)
             with shared.step() as core:
                 step = core.on_join_response(join, shared.now())
             if isinstance(step, ComputeAssignment):

@@ -42,11 +42,17 @@ class MockConnection:
     def connected(self) -> bool:
         return not self._closed
 
-    async def request(self, message: Any, timeout_ms: float) -> Any:
+    def start(self, message: Any, timeout_ms: float) -> tuple[Any, asyncio.Future[Any], float]:
+        """Hand ``message`` to the transport now; :meth:`finish` waits for the answer."""
         if self._closed:
             raise CoordinatorError(f"connection to {self.where} is closed")
         answer = asyncio.ensure_future(self._transport.answer(message))
+        answer.add_done_callback(_retrieved)  # the caller may never wait for it
         self._pending.add(answer)
+        return message, answer, timeout_ms
+
+    async def finish(self, pending: tuple[Any, asyncio.Future[Any], float]) -> Any:
+        message, answer, timeout_ms = pending
         try:
             async with asyncio.timeout(timeout_ms / 1000.0):
                 return await answer
@@ -62,6 +68,9 @@ class MockConnection:
         finally:
             self._pending.discard(answer)
 
+    async def request(self, message: Any, timeout_ms: float) -> Any:
+        return await self.finish(self.start(message, timeout_ms))
+
     def close(self, reason: str = "closed") -> asyncio.Future[Any]:
         if not self._closed:
             self._closed = True
@@ -74,6 +83,11 @@ class MockConnection:
 
     async def aclose(self) -> None:
         await self.close()
+
+
+def _retrieved(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _cancelling() -> bool:

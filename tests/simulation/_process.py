@@ -204,11 +204,18 @@ class SimConnection:
     def connected(self) -> bool:
         return self.conn.open
 
-    async def request(self, message: Any, timeout_ms: float) -> Any:
+    def start(self, message: Any, timeout_ms: float) -> asyncio.Future[Any]:
+        """Send now (the network takes it in this step); the future is the answer."""
         proc = self._proc
         if proc.crashed:
             raise CoordinatorError("process exited")
-        return await proc.bridge(proc.world.net.request(self.conn, message, timeout_ms))
+        return proc.bridge(proc.world.net.request(self.conn, message, timeout_ms))
+
+    async def finish(self, pending: asyncio.Future[Any]) -> Any:
+        return await pending
+
+    async def request(self, message: Any, timeout_ms: float) -> Any:
+        return await self.finish(self.start(message, timeout_ms))
 
     def close(self, reason: str = "closed") -> asyncio.Future[Any]:
         self._proc.world.net.close(self.conn, reason)
