@@ -124,6 +124,8 @@ class ConsumerEmbedding:
             )
         subscriptions = self._decode_members(members)
         result = assignor.assign(partitions_per_topic, subscriptions)
+        if self.rebalance_protocol is RebalanceProtocol.COOPERATIVE:
+            _check_cooperative(protocol_name, subscriptions, result)
         out: dict[str, bytes] = {}
         for member in subscriptions:
             assignment = result.get(member.member_id) or Assignment(partitions=(), user_data=None)
@@ -193,3 +195,32 @@ class ConsumerEmbedding:
         if not owned:
             return ()
         return (ListenerCall("on_partitions_lost" if lost else "on_partitions_revoked", owned),)
+
+
+def _check_cooperative(
+    assignor: str, members: Sequence[MemberSubscription], result: Mapping[str, Assignment]
+) -> None:
+    """§6.3 step 5, §7.6: under COOPERATIVE no partition may leave one member and reach
+    another in the same generation (it must stay unassigned until its owner has revoked it
+    and rejoined). An assignor that breaks this would have two members own one partition;
+    the leader refuses to send such an assignment (scenario G43). Unlike the Java client,
+    kgroup checks its own cooperative-sticky too: the check is cheap and the failure it
+    prevents is silent double processing."""
+    claims = {m.member_id: frozenset(m.subscription.owned_partitions) for m in members}
+    revoked_by: dict[TopicPartition, str] = {}
+    for member_id in sorted(claims):
+        kept = frozenset(result[member_id].partitions) if member_id in result else frozenset()
+        for tp in sorted(claims[member_id] - kept):
+            revoked_by.setdefault(tp, member_id)
+    moved: list[str] = []
+    for member_id in sorted(result):
+        for tp in result[member_id].partitions:
+            if tp in revoked_by and tp not in claims.get(member_id, frozenset()):
+                moved.append(f"{tp} from {revoked_by[tp]!r} to {member_id!r}")
+    if moved:
+        shown = ", ".join(moved[:5]) + (f" and {len(moved) - 5} more" if len(moved) > 5 else "")
+        raise AssignmentError(
+            f"assignor {assignor!r} broke the cooperative protocol: it moved partitions that "
+            f"are still owned directly to another member ({shown}); a cooperative assignor "
+            "must leave a moving partition unassigned until its owner has revoked it"
+        )

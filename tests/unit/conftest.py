@@ -141,6 +141,7 @@ class Harness:
         start: float = 0.0,
         jitter_at: float = 0.5,
         partitions: dict[str, int] | None = None,
+        runtime_holding: bool = True,
         **config: Any,
     ) -> None:
         self.config = make_config(**config)
@@ -162,6 +163,9 @@ class Harness:
             now=self.now,
             observer=self._observe,
             uniform=self._uniform,
+            # As the runtime: held while the embedding owns partitions (a COOPERATIVE member
+            # keeps them across PrepareJoin); ``runtime_holding=False``: the core's default.
+            holds_assignment=(lambda: bool(self.embedding.owned)) if runtime_holding else None,
         )
 
     # -- plumbing --------------------------------------------------------------------------------
@@ -494,7 +498,7 @@ class Harness:
 @pytest.fixture
 def make_harness() -> Callable[..., Harness]:
     """``make_harness(**config)`` -> a :class:`Harness` (``jitter_at``, ``partitions``,
-    ``start`` are harness options; anything else goes to GroupConfig)."""
+    ``start``, ``runtime_holding`` are harness options; anything else goes to GroupConfig)."""
     return Harness
 
 

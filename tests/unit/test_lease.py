@@ -249,7 +249,7 @@ def test_disabled_heartbeat_driver_still_wakes_for_the_lease(make_harness) -> No
 def test_default_holding_is_completejoin_to_preparejoin(make_harness) -> None:
     """Without holds_assignment the core counts the assignment held from CompleteJoin to
     the next PrepareJoin (exact for EAGER)."""
-    h = make_harness()
+    h = make_harness(runtime_holding=False)
     assert h.core.valid_until is None
     h.stable("X", generation=1, owned=())
     assert h.core.valid_until == SESSION

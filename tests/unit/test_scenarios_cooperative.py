@@ -1,0 +1,189 @@
+"""Cooperative rebalancing on the core (spec §6.2-§6.4, §7.5, §7.6; scenarios G42-G44).
+
+The member's join path is stepped by the harness exactly as ``GroupMember.poll()`` steps it;
+the listener decisions come from the real :class:`ConsumerEmbedding`. As follower the broker
+and the leader are scripted; as leader the harness runs the assignor as the runtime does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from kgroup._core._assignors import BaseAssignor, MemberSubscription, RebalanceProtocol
+from kgroup._core._consumer_protocol import Assignment, Subscription, TopicPartition
+from kgroup._core._embedding import ListenerCall
+from kgroup._core._member import PrepareJoin, RaiseFatal, SendJoinGroup, Sleep
+from kgroup._core._messages import JoinGroupMember
+from kgroup._core._state import MemberState
+from kgroup._errors import AssignmentError, ErrorCode
+
+E = ErrorCode
+
+
+def subscription_of(request_protocols: Sequence[tuple[str, bytes]], name: str) -> Subscription:
+    return Subscription.decode(dict(request_protocols)[name])
+
+
+def rebalance_announced(h) -> None:  # type: ignore[no-untyped-def]
+    """The broker answers the next heartbeat with REBALANCE_IN_PROGRESS."""
+    h.advance(3_000)
+    h.hb_respond(h.hb_send(), E.REBALANCE_IN_PROGRESS)
+    assert h.core.rejoin_needed
+
+
+def test_g42_cooperative_two_phase_as_follower(make_harness, coop_assignor) -> None:
+    """G42. A owns t-0..t-3 under a COOPERATIVE assignor and B joins. Rebalance 1 leaves A
+    with {0, 1} (the leader withholds the two that move); A revokes exactly {2, 3} and rejoins
+    at once; rebalance 2 gives A {0, 1} again. A never sees a revoke for what it keeps."""
+    h = make_harness(assignors=(coop_assignor,))
+    name = coop_assignor.name
+    h.stable("A", generation=1, owned=h.tps("t", 0, 1, 2, 3), protocol=name)
+    h.calls.clear()
+    rebalance_announced(h)
+
+    # Rebalance 1: no revocation before JoinGroup; the Subscription says what A owns.
+    h.poll()
+    assert h.prepare(lost=False) == ()
+    assert h.embedding.owned == h.tps("t", 0, 1, 2, 3)  # still owned and processed
+    request = h.send_join()
+    sub = subscription_of(request.protocols, name)
+    assert set(sub.owned_partitions) == h.tps("t", 0, 1, 2, 3)
+    assert sub.generation_id == 1
+    sync = h.join_response(generation=2, member_id="A", leader="B", protocol_name=name)
+    assert sync is not None
+    h.sync_response(assignment=h.assignment_bytes(h.tps("t", 0, 1)), protocol_name=name)
+    completion = h.complete()
+    assert completion.calls == (
+        ListenerCall("on_partitions_revoked", h.tps("t", 2, 3)),
+        ListenerCall("on_partitions_assigned", frozenset()),
+    )
+    assert h.core.rejoin_needed  # "need to revoke partitions and re-join"
+
+    # ... at once: no backoff, straight to JoinGroup, owning only what it kept.
+    assert h.prepare(lost=False) == ()
+    request = h.send_join()
+    sub = subscription_of(request.protocols, name)
+    assert set(sub.owned_partitions) == h.tps("t", 0, 1)
+    assert sub.generation_id == 2
+
+    # Rebalance 2: the leader hands {2, 3} to B; A keeps {0, 1}.
+    assert h.join_response(generation=3, member_id="A", leader="B", protocol_name=name)
+    h.sync_response(assignment=h.assignment_bytes(h.tps("t", 0, 1)), protocol_name=name)
+    completion = h.complete()
+    assert completion.calls == (ListenerCall("on_partitions_assigned", frozenset()),)
+    assert completion.rejoin_reason is None
+    assert h.state is MemberState.STABLE
+    revoked = [c.partitions for c in h.calls if c.callback == "on_partitions_revoked"]
+    assert revoked == [h.tps("t", 2, 3)]
+    assert not [c for c in h.calls if c.callback == "on_partitions_lost"]
+
+
+def test_g42_lost_generation_reports_lost_not_revoked(make_harness, coop_assignor) -> None:
+    """Under COOPERATIVE too, a reset generation means the partitions were lost: the
+    pre-join hook reports ``on_partitions_lost`` (never revoked) and the next Subscription
+    claims nothing."""
+    h = make_harness(assignors=(coop_assignor,))
+    name = coop_assignor.name
+    h.stable("A", generation=4, owned=h.tps("t", 0, 1), protocol=name)
+    h.calls.clear()
+    h.advance(3_000)
+    h.hb_respond(h.hb_send(), E.UNKNOWN_MEMBER_ID)
+    h.poll()
+    assert h.prepare(lost=True) == (ListenerCall("on_partitions_lost", h.tps("t", 0, 1)),)
+    request = h.send_join()
+    sub = subscription_of(request.protocols, name)
+    assert sub.owned_partitions == ()
+    assert sub.generation_id == -1
+
+
+class MovesOwnedPartitions(BaseAssignor):
+    """A broken COOPERATIVE assignor: everything goes to the last member, owned or not."""
+
+    name = "grabby"
+    supported_protocols = (RebalanceProtocol.COOPERATIVE,)
+
+    def assign(
+        self, partitions_per_topic: Mapping[str, int], members: Sequence[MemberSubscription]
+    ) -> dict[str, Assignment]:
+        ids = sorted(m.member_id for m in members)
+        everything = tuple(
+            TopicPartition(t, p) for t in sorted(partitions_per_topic)
+            for p in range(partitions_per_topic[t])
+        )  # fmt: skip
+        return {mid: Assignment(partitions=everything if mid == ids[-1] else ()) for mid in ids}
+
+
+def test_g43_cooperative_validation_at_the_leader(make_harness) -> None:
+    """G43. A custom COOPERATIVE assignor moves an owned partition directly to another
+    member: the leader raises a fatal assignor-contract error and sends no SyncGroup."""
+    h = make_harness(assignors=(MovesOwnedPartitions(),), partitions={"t": 4})
+    h.stable("A", generation=1, owned=h.tps("t", 0, 1, 2, 3), protocol="grabby")
+    rebalance_announced(h)
+    h.poll()
+    assert h.prepare(lost=False) == ()
+    own = h.send_join()
+    members = [
+        JoinGroupMember(
+            member_id="A", group_instance_id=None, metadata=dict(own.protocols)["grabby"]
+        ),
+        JoinGroupMember(
+            member_id="B",
+            group_instance_id=None,
+            metadata=Subscription(topics=("t",)).encode(),
+        ),
+    ]
+    sync = h.join_response(
+        generation=2, member_id="A", leader="A", protocol_name="grabby", members=members
+    )
+    assert sync is None  # no SyncGroup
+    fatal = h.expect(RaiseFatal)
+    assert isinstance(fatal.error, AssignmentError)
+    assert "t-0 from 'A' to 'B'" in str(fatal.error)
+    assert "broke the cooperative protocol" in str(fatal.error)
+
+
+def test_g43_partition_claimed_by_its_new_owner_is_not_a_move(make_harness) -> None:
+    """Two members claiming one partition (a stale claim): giving it to either claimant is
+    not a direct move; the check only refuses a partition reaching a member that did not own
+    it while another gives it up (as the Java client's validation)."""
+    h = make_harness(assignors=(MovesOwnedPartitions(),), partitions={"t": 1})
+    h.stable("A", generation=1, owned=h.tps("t", 0), protocol="grabby")
+    rebalance_announced(h)
+    h.poll()
+    h.prepare(lost=False)
+    own = h.send_join()
+    b_claims = Subscription(
+        topics=("t",), owned_partitions=(TopicPartition("t", 0),), generation_id=0
+    ).encode()
+    members = [
+        JoinGroupMember(
+            member_id="A", group_instance_id=None, metadata=dict(own.protocols)["grabby"]
+        ),
+        JoinGroupMember(member_id="B", group_instance_id=None, metadata=b_claims),
+    ]
+    sync = h.join_response(
+        generation=2, member_id="A", leader="A", protocol_name="grabby", members=members
+    )
+    assert sync is not None
+    assert h.core.fatal is None
+
+
+def test_g42_revoke_then_immediate_rejoin_needs_no_sleep(make_harness, coop_assignor) -> None:
+    """After a cooperative revoke the next join action is PrepareJoin then SendJoinGroup,
+    with no backoff Sleep in between (§7.6 step 2: "immediately requests a rejoin")."""
+    h = make_harness(assignors=(coop_assignor,))
+    name = coop_assignor.name
+    h.stable("A", generation=1, owned=h.tps("t", 0, 1), protocol=name)
+    rebalance_announced(h)
+    h.poll()
+    h.prepare(lost=False)
+    h.send_join()
+    h.join_response(generation=2, member_id="A", leader="B", protocol_name=name)
+    h.sync_response(assignment=h.assignment_bytes(h.tps("t", 0)), protocol_name=name)
+    h.complete()
+    first = h.action()
+    assert isinstance(first, PrepareJoin)
+    h.embedding.prepare(lost=first.lost)
+    second = h.action()
+    assert isinstance(second, SendJoinGroup), second
+    assert not isinstance(second, Sleep)
