@@ -36,6 +36,7 @@ DEFAULT_RETRY_BACKOFF_MAX_MS = 1_000
 DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 DEFAULT_CLOSE_TIMEOUT_MS = 30_000
 DEFAULT_LOOP_STALL_WARN_MS = 500
+DEFAULT_METADATA_MAX_AGE_MS = 300_000
 INT32_MAX = 2**31 - 1
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -67,6 +68,45 @@ def _parse_bootstrap(value: str | Sequence[str]) -> tuple[tuple[str, int], ...]:
     return tuple(out)
 
 
+def check_topic_pattern(pattern: object, field_name: str = "topic_pattern") -> re.Pattern[str]:
+    """The compiled pattern; ConfigError naming ``field_name`` when it is not a valid
+    regular expression string."""
+    if not isinstance(pattern, str) or not pattern:
+        raise ConfigError(
+            field_name, f"must be a non-empty regular expression string, got {pattern!r}"
+        )
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(
+            field_name, f"{pattern!r} is not a valid regular expression: {exc}"
+        ) from None
+
+
+def check_topics(topics: object, field_name: str = "topics") -> tuple[str, ...]:
+    """Legal, de-duplicated topic names in order; ConfigError naming ``field_name``."""
+    if isinstance(topics, str):
+        items: tuple[object, ...] = (topics,)
+    else:
+        try:
+            items = tuple(topics)  # type: ignore[arg-type]
+        except TypeError:
+            raise ConfigError(
+                field_name, f"must be a sequence of topic names, got {topics!r}"
+            ) from None
+    for topic in items:
+        if (
+            not isinstance(topic, str)
+            or not 0 < len(topic) <= 249
+            or not _LEGAL_NAME.fullmatch(topic)
+            or topic in (".", "..")
+        ):
+            raise ConfigError(
+                field_name, f"{topic!r} is not a legal topic name (1..249 of [a-zA-Z0-9._-])"
+            )
+    return tuple(dict.fromkeys(items))  # type: ignore[arg-type]
+
+
 @dataclass(frozen=True, kw_only=True)
 class GroupConfig:
     """Configuration of one group member.
@@ -81,6 +121,14 @@ class GroupConfig:
     - ``bootstrap_servers``: "host:port" (comma-separated, or a sequence).
     - ``group_id`` [group.id]: the group to join; required, non-empty.
     - ``topics``: the topics this member subscribes to (the consumer embedded protocol).
+    - ``topic_pattern``: instead of ``topics``, a regular expression (``re`` syntax, matched
+      with ``fullmatch``) over the cluster's topic names; internal topics never match. The
+      member re-reads the topic list every ``metadata_max_age_ms`` and rejoins when the
+      set of matching topics changes. ``member.subscribe()`` changes either at runtime.
+    - ``metadata_max_age_ms`` [metadata.max.age.ms] (300000): how often the member
+      refreshes topic metadata: the group leader to notice a subscribed topic's partition
+      count change (and rebalance), a pattern subscription to notice topics appearing or
+      disappearing.
     - ``assignors`` [partition.assignment.strategy]: names ("range", "roundrobin") or
       :class:`Assignor` objects, in preference order. Default ``("range",)``.
     - ``group_instance_id`` [group.instance.id]: makes the member static (KIP-345).
@@ -110,6 +158,7 @@ class GroupConfig:
     bootstrap_servers: str | Sequence[str]
     group_id: str
     topics: Sequence[str] = ()
+    topic_pattern: str | None = None
     assignors: Sequence[str | Assignor] = ("range",)
     group_instance_id: str | None = None
     session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS
@@ -124,6 +173,7 @@ class GroupConfig:
     rack_id: str | None = None
     isolate_heartbeat: bool = False
     loop_stall_warn_ms: int = DEFAULT_LOOP_STALL_WARN_MS
+    metadata_max_age_ms: int = DEFAULT_METADATA_MAX_AGE_MS
     security_protocol: str = "PLAINTEXT"
     ssl_context: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
     ssl_cafile: str | None = None
@@ -139,18 +189,12 @@ class GroupConfig:
         object.__setattr__(self, "brokers", _parse_bootstrap(self.bootstrap_servers))
         if not isinstance(self.group_id, str) or not self.group_id:
             raise ConfigError("group_id", "must be a non-empty string")
-        topics = (self.topics,) if isinstance(self.topics, str) else tuple(self.topics)
-        for topic in topics:
-            if (
-                not isinstance(topic, str)
-                or not 0 < len(topic) <= 249
-                or not _LEGAL_NAME.fullmatch(topic)
-                or topic in (".", "..")
-            ):
-                raise ConfigError(
-                    "topics", f"{topic!r} is not a legal topic name (1..249 of [a-zA-Z0-9._-])"
-                )
-        object.__setattr__(self, "topics", tuple(dict.fromkeys(topics)))
+        topics = check_topics(self.topics)
+        object.__setattr__(self, "topics", topics)
+        if self.topic_pattern is not None:
+            check_topic_pattern(self.topic_pattern)
+            if topics:
+                raise ConfigError("topic_pattern", "give either topics or topic_pattern, not both")
         assignors = (self.assignors,) if isinstance(self.assignors, str) else tuple(self.assignors)
         if not assignors:
             raise ConfigError("assignors", "at least one assignor is required")
@@ -191,6 +235,7 @@ class GroupConfig:
             "request_timeout_ms",
             "close_timeout_ms",
             "loop_stall_warn_ms",
+            "metadata_max_age_ms",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):

@@ -51,6 +51,10 @@ EventName = Literal[
     "member.leaving",
     "member.left_group",
     "member.leave_group_failed",
+    "member.subscription_changed",
+    "member.metadata_changed",
+    "member.metadata_refresh_failed",
+    "member.rebalance_enforced",
     "member.fatal_error",
     "member.partitions_revoked",
     "member.partitions_assigned",
@@ -148,6 +152,23 @@ EVENTS: Mapping[EventName, EventInfo] = {
     "member.left_group": _e("info", "error_code", "LeaveGroup was answered."),
     "member.leave_group_failed": _e(
         "info", "error", "LeaveGroup got no answer in time (best effort, not retried)."
+    ),
+    "member.subscription_changed": _e(
+        "info",
+        "topics before pattern",
+        "The subscription changed (subscribe(), or a pattern matched other topics); the "
+        "member rejoins.",
+    ),
+    "member.metadata_changed": _e(
+        "info",
+        "reason",
+        "The leader saw a subscribed topic's partitions change since it assigned; it rejoins.",
+    ),
+    "member.metadata_refresh_failed": _e(
+        "warning", "error", "A metadata refresh failed; it is retried after retry_backoff_max_ms."
+    ),
+    "member.rebalance_enforced": _e(
+        "info", "reason", "The application asked for a rebalance (enforce_rebalance())."
     ),
     "member.fatal_error": _e("error", "error message", "A fatal error; the next poll() raises it."),
     "member.partitions_revoked": _e("info", "partitions", "on_partitions_revoked is about to run."),

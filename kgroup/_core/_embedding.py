@@ -9,7 +9,8 @@ returns :class:`ListenerCall` values for the runtime to run in order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -65,6 +66,49 @@ class ConsumerEmbedding:
         self.rebalance_protocol = select_rebalance_protocol(self.assignors)
         self.rack_id = rack_id
         self.owned: frozenset[TopicPartition] = frozenset()
+        #: A pattern subscription (``topics`` is then what it matched at the last refresh).
+        self.pattern: re.Pattern[str] | None = None
+        #: The leader's view of the subscribed topics' partition counts when it assigned
+        #: (§6.3 step 7; ``None``: the topic had no metadata). Cleared at every PrepareJoin;
+        #: set again only by :meth:`assign`, so it is the current leader's.
+        self.assignment_snapshot: dict[str, int | None] | None = None
+
+    # -- subscription ----------------------------------------------------------------------------
+
+    def subscribe(self, topics: Iterable[str], pattern: re.Pattern[str] | None = None) -> bool:
+        """Subscribe to ``topics`` (what ``pattern`` matched, for a pattern subscription).
+        True when the topic set changed: the member must rejoin (§2.3)."""
+        new = tuple(sorted(dict.fromkeys(topics)))
+        self.pattern = pattern
+        if frozenset(new) == frozenset(self.topics):
+            return False
+        self.topics = new
+        return True
+
+    def matching(self, topics: Iterable[str]) -> list[str]:
+        """The topics among ``topics`` that the pattern subscription takes (sorted)."""
+        pattern = self.pattern
+        if pattern is None:
+            return sorted(self.topics)
+        return sorted(t for t in set(topics) if pattern.fullmatch(t))
+
+    def metadata_changed(self, partitions_per_topic: Mapping[str, int]) -> str | None:
+        """§7.7: how fresh metadata differs from the snapshot the leader assigned with (a
+        reason for the rejoin), or None when it does not (or there is no snapshot)."""
+        snapshot = self.assignment_snapshot
+        if snapshot is None:
+            return None
+        changes = []
+        for topic in sorted(snapshot):
+            before, after = snapshot[topic], partitions_per_topic.get(topic)
+            if before != after:
+                changes.append(
+                    f"{topic}: {'no metadata' if before is None else f'{before} partitions'}"
+                    f" -> {'no metadata' if after is None else f'{after} partitions'}"
+                )
+        if not changes:
+            return None
+        return "metadata changed since the assignment (" + "; ".join(changes) + ")"
 
     # -- JoinGroup metadata ----------------------------------------------------------------------
 
@@ -123,6 +167,8 @@ class ConsumerEmbedding:
                 f"not have ({', '.join(a.name for a in self.assignors)})"
             )
         subscriptions = self._decode_members(members)
+        topics = sorted({t for m in subscriptions for t in m.subscription.topics})
+        self.assignment_snapshot = {t: partitions_per_topic.get(t) for t in topics}
         result = assignor.assign(partitions_per_topic, subscriptions)
         if self.rebalance_protocol is RebalanceProtocol.COOPERATIVE:
             _check_cooperative(protocol_name, subscriptions, result)
@@ -141,6 +187,7 @@ class ConsumerEmbedding:
 
     def prepare(self, *, lost: bool) -> tuple[ListenerCall, ...]:
         """Pre-join hook (§6.2): lost if the Generation was reset, revoked otherwise."""
+        self.assignment_snapshot = None
         owned = self.owned
         if lost:
             self.owned = frozenset()
@@ -148,7 +195,8 @@ class ConsumerEmbedding:
         if self.rebalance_protocol is RebalanceProtocol.EAGER:
             self.owned = frozenset()
             return (ListenerCall("on_partitions_revoked", owned),)
-        unsubscribed = frozenset(tp for tp in owned if tp.topic not in self.topics)
+        subscribed = frozenset(self.topics)
+        unsubscribed = frozenset(tp for tp in owned if tp.topic not in subscribed)
         self.owned = owned - unsubscribed
         return (ListenerCall("on_partitions_revoked", unsubscribed),) if unsubscribed else ()
 

@@ -402,9 +402,16 @@ class Cluster:
         exist (or answer an error) are left out, as the assignors expect (§6.3)."""
         if not topics:
             return {}
+        return await self._metadata(list(topics))
+
+    async def list_topics(self) -> dict[str, int]:
+        """Partition counts of every topic in the cluster, internal topics left out."""
+        return await self._metadata(None)
+
+    async def _metadata(self, topics: list[str] | None) -> dict[str, int]:
         conn = await self.connection()
         resp = await conn.raw_request(
-            MetadataRequest(list(topics), allow_auto_topic_creation=False), self._timeout_ms
+            MetadataRequest(topics, allow_auto_topic_creation=False), self._timeout_ms
         )
         label = request_label(resp)
         try:
@@ -414,7 +421,9 @@ class Cluster:
             counts: dict[str, int] = {}
             for topic in resp.topics:
                 error_code, name, partitions = topic[0], topic[1], topic[-1]
-                if error_code == 0:
+                # v1+: (error, name, is_internal, ..., partitions)
+                internal = len(topic) > 3 and topic[2] is True
+                if error_code == 0 and not (topics is None and internal):
                     counts[str(name)] = len(partitions)
         except (AttributeError, IndexError, TypeError, ValueError) as exc:
             text = f"{label} response from {conn.where} is malformed: {exc!r}; connection closed"

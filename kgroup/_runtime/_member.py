@@ -10,6 +10,8 @@ The runtime is split into owned parts, each in its own module:
   watches the lease);
 - :class:`~._rebalance.RebalanceDriver`: the poll path, the join chain and the listener's
   callbacks (which run only in ``poll()`` and ``close()``, in the caller's task, KIP-62);
+- :class:`~._metadata.MetadataWatch`: the leader's metadata watch and pattern subscriptions
+  (§7.7);
 - :class:`~._seam.LoopSeam`: where the coordinator side runs, the application's loop or,
   in isolated mode (``GroupConfig.isolate_heartbeat``), a private loop in its own thread.
 
@@ -24,7 +26,7 @@ import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from .._config import GroupConfig
+from .._config import GroupConfig, check_topic_pattern, check_topics
 from .._core._consumer_protocol import TopicPartition
 from .._core._member import MemberCore
 from .._core._state import Generation, MemberState
@@ -35,6 +37,7 @@ from .._stats import MemberStats, Percentiles
 from ._heartbeat import HeartbeatDriver, send_leave
 from ._link import CoordinatorLink
 from ._loop_thread import LoopThread
+from ._metadata import MetadataWatch
 from ._offsets import OffsetAndMetadata, commit_offsets, fetch_committed
 from ._rebalance import RebalanceDriver
 from ._seam import LoopSeam
@@ -95,6 +98,7 @@ class GroupMember:
         shared.link = self._link
         self._heartbeat = HeartbeatDriver(shared, self._link)
         self._rebalance = RebalanceDriver(shared, self._link)
+        self._metadata = MetadataWatch(shared, self._link)
         self._abandon_task: asyncio.Task[None] | None = None
 
     # -- public state ----------------------------------------------------------------------------
@@ -259,10 +263,82 @@ class GroupMember:
                 group=self._config.group_id,
                 thread=f"kgroup-coordinator-{self._config.group_id}",
             )
+        if embedding.pattern is not None:
+            # Join with the topics the pattern matches now, not with none (which would cost
+            # the group a second rebalance once the watch resolved it).
+            if not await shared.seam.run_on_coordinator(self._metadata.refresh()):
+                self._wake_metadata()  # retried by the watch after retry_backoff_max_ms
 
     def _spawn_coordinator_tasks(self) -> None:
-        """On the coordinator loop: start the heartbeat task."""
+        """On the coordinator loop: start the heartbeat task and the metadata watch."""
         self._shared.tasks.spawn(self._heartbeat.run(self._abandoned), "kgroup-heartbeat")
+        self._shared.tasks.spawn(self._metadata.run(), "kgroup-metadata-watch")
+
+    def _wake_metadata(self) -> None:
+        shared = self._shared
+        if shared.seam is not None:
+            shared.seam.wake_coordinator(shared.metadata_wake)
+
+    # -- subscription ----------------------------------------------------------------------------
+
+    @property
+    def subscription(self) -> tuple[str, ...]:
+        """The topics this member subscribes to now (for a pattern: what it matched at the
+        last metadata refresh)."""
+        return self._shared.embedding.topics
+
+    async def subscribe(
+        self, topics: Iterable[str] | None = None, *, pattern: str | None = None
+    ) -> None:
+        """Change the subscription: a list of ``topics``, or a regular expression
+        ``pattern`` over the cluster's topic names (``re`` syntax, ``fullmatch``; internal
+        topics never match). Give exactly one.
+
+        When the topic set changes the member rejoins: the next ``poll()`` runs the
+        rebalance (eager assignors revoke everything first; cooperative ones revoke only the
+        partitions of topics no longer subscribed). A pattern is resolved against the
+        cluster's topics before this returns (raises ``CoordinatorError``, with the
+        subscription unchanged, when no broker answers), and again every
+        ``metadata_max_age_ms``. Raises ConfigError for an invalid argument."""
+        shared = self._shared
+        shared.check_open()
+        if (topics is None) == (pattern is None):
+            raise UsageError("subscribe() takes either topics or pattern")
+        embedding = shared.embedding
+        if pattern is not None:
+            compiled = check_topic_pattern(pattern, "pattern")
+            assert shared.seam is not None
+            counts = await shared.seam.run_on_coordinator(self._link.transport.list_topics())
+            new_topics = tuple(sorted(t for t in counts if compiled.fullmatch(t)))
+        else:
+            compiled = None
+            new_topics = check_topics(topics, "topics")
+        shared.check_open()
+        with shared.lock:
+            before = embedding.topics
+            changed = embedding.subscribe(new_topics, compiled)
+        if changed:
+            logger.info(
+                "member.subscription_changed",
+                group=self._config.group_id,
+                before=list(before),
+                topics=list(embedding.topics),
+                pattern=None if compiled is None else compiled.pattern,
+            )
+            with shared.step() as core:
+                core.request_rejoin("subscription changed")
+
+    def enforce_rebalance(self, reason: str = "the application asked for a rebalance") -> None:
+        """Ask for a rebalance of the whole group (Java's ``enforceRebalance``): the member
+        rejoins in the next ``poll()``; as in any rebalance, the leader assigns afresh (with
+        fresh metadata). Useful when something the assignor uses changed outside Kafka."""
+        shared = self._shared
+        shared.check_open()
+        if not isinstance(reason, str) or not reason:
+            raise UsageError("enforce_rebalance() needs a non-empty reason string")
+        logger.info("member.rebalance_enforced", group=self._config.group_id, reason=reason)
+        with shared.step() as core:
+            core.request_rejoin(reason)
 
     def _abandoned(self) -> bool:
         """Isolated mode: the application's loop closed without ``close()``. Then nobody

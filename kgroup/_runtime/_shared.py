@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from .._config import check_topic_pattern
 from .._core._embedding import ConsumerEmbedding
 from .._core._member import MemberCore
 from .._core._signals import Signals
@@ -62,6 +63,8 @@ class Shared:
         self.listener = listener
         self._clock = clock
         self.embedding = ConsumerEmbedding(config.topics, config.assignors, rack_id=config.rack_id)
+        if config.topic_pattern is not None:
+            self.embedding.subscribe((), check_topic_pattern(config.topic_pattern))
         self.lifecycle = Lifecycle.UNOPENED
         self.core: MemberCore | None = None
         #: Serialises every synchronous access to the core (two threads in isolated mode).
@@ -71,6 +74,8 @@ class Shared:
         self.link: CoordinatorLink | None = None
         #: Woken when the heartbeat task must recompute its wait (coordinator loop).
         self.hb_wake = asyncio.Event()
+        #: Woken when the metadata watch should refresh now (coordinator loop).
+        self.metadata_wake = asyncio.Event()
         #: Woken when ``poll()`` has something new to do (application's loop).
         self.poll_wake = asyncio.Event()
         #: Woken like ``poll_wake``, for ``wait_rebalance_pending`` (application's loop).

@@ -67,6 +67,10 @@ class Transport(Protocol):
         """Partition counts of ``topics`` (missing topics left out)."""
         ...
 
+    async def list_topics(self) -> dict[str, int]:
+        """Partition counts of every (non-internal) topic: pattern subscriptions use it."""
+        ...
+
     async def aclose(self) -> None:
         """Close every connection the transport opened itself."""
         ...
@@ -102,6 +106,9 @@ class KafkaTransport:
 
     async def partitions_for(self, topics: Sequence[str]) -> dict[str, int]:
         return await self._cluster.partitions_for(topics)
+
+    async def list_topics(self) -> dict[str, int]:
+        return await self._cluster.list_topics()
 
     async def aclose(self) -> None:
         await self._cluster.aclose()

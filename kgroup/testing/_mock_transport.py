@@ -144,7 +144,15 @@ class MockTransport:
         return await self.answer(request)
 
     async def partitions_for(self, topics: Sequence[str]) -> dict[str, int]:
+        if self.closed:
+            raise CoordinatorError("transport closed")
         return {t: self.partitions[t] for t in topics if t in self.partitions}
+
+    async def list_topics(self) -> dict[str, int]:
+        """Every topic of :attr:`partitions` (change that dict to grow or add topics)."""
+        if self.closed:
+            raise CoordinatorError("transport closed")
+        return dict(self.partitions)
 
     def disconnect(self) -> None:
         """Fail every open connection, as a network cut would."""
@@ -189,8 +197,10 @@ class InMemoryCoordinator:
     # -- scripting -------------------------------------------------------------------------------
 
     def transport(self) -> MockTransport:
-        """A transport for one more member."""
-        transport = MockTransport(self.handle, partitions=self.partitions)
+        """A transport for one more member. Its metadata is :attr:`partitions` itself:
+        change that dict to add topics or partitions for every member at once."""
+        transport = MockTransport(self.handle)
+        transport.partitions = self.partitions
         self.transports.append(transport)
         return transport
 

@@ -255,6 +255,9 @@ class SimTransport:
     async def partitions_for(self, topics: Sequence[str]) -> dict[str, int]:
         return {t: n for t, n in self._proc.world.params.topics if t in topics}
 
+    async def list_topics(self) -> dict[str, int]:
+        return dict(self._proc.world.params.topics)
+
     async def aclose(self) -> None:
         self._proc.close_connections("transport closed")
 
