@@ -15,6 +15,9 @@ from ._core._assignors import (
     RoundRobinAssignor,
 )
 from ._core._consumer_protocol import Assignment, Subscription, TopicPartition
+from ._core._election import LEADER, LeaderElection
+from ._core._group_protocol import GroupProtocol, ProtocolAssignment, ProtocolMember
+from ._core._sharding import WorkSharding
 from ._core._state import Generation, MemberState
 from ._errors import (
     AssignmentError,
@@ -51,6 +54,7 @@ from ._runtime._offsets import OffsetAndMetadata
 from ._stats import ConsumerStats, MemberStats, Percentiles
 
 __all__ = [
+    "LEADER",
     "Assignment",
     "AssignmentError",
     "Assignor",
@@ -70,11 +74,13 @@ __all__ = [
     "GroupError",
     "GroupMaxSizeReached",
     "GroupMember",
+    "GroupProtocol",
     "InconsistentGroupProtocol",
     "InternalError",
     "InvalidGroupId",
     "InvalidSessionTimeout",
     "KGroupError",
+    "LeaderElection",
     "ListenerError",
     "LocalProtocolError",
     "MemberState",
@@ -84,6 +90,8 @@ __all__ = [
     "OffsetAndMetadata",
     "OffsetsError",
     "Percentiles",
+    "ProtocolAssignment",
+    "ProtocolMember",
     "ProtocolViolation",
     "RangeAssignor",
     "RebalanceInProgress",
@@ -97,6 +105,7 @@ __all__ = [
     "UnexpectedBrokerError",
     "UnsupportedVersion",
     "UsageError",
+    "WorkSharding",
 ]
 
 for _name in __all__:

@@ -99,22 +99,22 @@ class Subscription:
         _check_encode_version(version, "Subscription")
         out = bytearray(_INT16.pack(version))
         topics = sorted(self.topics)
-        out += _pack_int32(len(topics), "Subscription.topics count")
+        out += pack_int32(len(topics), "Subscription.topics count")
         for i, topic in enumerate(topics):
-            _write_string(out, topic, f"Subscription.topics[{i}]", nullable=False)
-        _write_bytes(out, self.user_data, "Subscription.user_data")
+            write_string(out, topic, f"Subscription.topics[{i}]", nullable=False)
+        write_bytes(out, self.user_data, "Subscription.user_data")
         if version >= 1:
             _write_topic_partitions(out, self.owned_partitions, "Subscription.owned_partitions")
         if version >= 2:
-            out += _pack_int32(self.generation_id, "Subscription.generation_id")
+            out += pack_int32(self.generation_id, "Subscription.generation_id")
         if version >= 3:
-            _write_string(out, self.rack_id, "Subscription.rack_id", nullable=True)
+            write_string(out, self.rack_id, "Subscription.rack_id", nullable=True)
         return bytes(out)
 
     @classmethod
     def decode(cls, data: bytes | bytearray | memoryview) -> Subscription:
         """Parse Subscription bytes from a peer. Raises only :class:`RemoteProtocolError`."""
-        r = _Reader(data, "Subscription")
+        r = Reader(data, "consumer protocol Subscription")
         version = r.version()
         topics = tuple(r.string_array("topics"))
         user_data = r.nullable_bytes("user_data")
@@ -152,7 +152,7 @@ class Assignment:
         _check_encode_version(version, "Assignment")
         out = bytearray(_INT16.pack(version))
         _write_topic_partitions(out, self.partitions, "Assignment.partitions")
-        _write_bytes(out, self.user_data, "Assignment.user_data")
+        write_bytes(out, self.user_data, "Assignment.user_data")
         return bytes(out)
 
     @classmethod
@@ -162,7 +162,7 @@ class Assignment:
         Bytes shorter than the 2-byte version header are an error, never an empty
         assignment: the leader left this member out (spec §6.4 step 2, scenario B17).
         """
-        r = _Reader(data, "Assignment")
+        r = Reader(data, "consumer protocol Assignment")
         if r.size < 2:
             raise RemoteProtocolError(
                 f"malformed consumer protocol Assignment: {r.size} byte(s), shorter than the"
@@ -184,7 +184,7 @@ def _check_encode_version(version: int, what: str) -> None:
         )
 
 
-def _pack_int32(value: int, what: str) -> bytes:
+def pack_int32(value: int, what: str) -> bytes:
     if isinstance(value, bool) or not isinstance(value, int):
         raise LocalProtocolError(f"{what} must be an int, got {type(value).__name__}")
     if not _INT32_MIN <= value <= _INT32_MAX:
@@ -192,7 +192,7 @@ def _pack_int32(value: int, what: str) -> bytes:
     return _INT32.pack(value)
 
 
-def _write_string(out: bytearray, value: str | None, what: str, *, nullable: bool) -> None:
+def write_string(out: bytearray, value: str | None, what: str, *, nullable: bool) -> None:
     if value is None:
         if not nullable:
             raise LocalProtocolError(f"{what} must not be None")
@@ -212,14 +212,14 @@ def _write_string(out: bytearray, value: str | None, what: str, *, nullable: boo
     out += raw
 
 
-def _write_bytes(out: bytearray, value: bytes | None, what: str) -> None:
+def write_bytes(out: bytearray, value: bytes | None, what: str) -> None:
     if value is None:
         out += _INT32.pack(-1)
         return
     if not isinstance(value, bytes | bytearray | memoryview):
         raise LocalProtocolError(f"{what} must be bytes or None, got {type(value).__name__}")
     raw = bytes(value)
-    out += _pack_int32(len(raw), f"{what} length")
+    out += pack_int32(len(raw), f"{what} length")
     out += raw
 
 
@@ -236,28 +236,28 @@ def _write_topic_partitions(out: bytearray, items: Iterable[TopicPartition], wha
         topics = sorted(by_topic)
     except TypeError as exc:
         raise LocalProtocolError(f"{what}: topics must all be str") from exc
-    out += _pack_int32(len(topics), f"{what} count")
+    out += pack_int32(len(topics), f"{what} count")
     for topic in topics:
-        _write_string(out, topic, f"{what} topic", nullable=False)
+        write_string(out, topic, f"{what} topic", nullable=False)
         partitions = by_topic[topic]
         for p in partitions:
-            _pack_int32(p, f"{what} partition of {topic!r}")  # validates type and range
+            pack_int32(p, f"{what} partition of {topic!r}")  # validates type and range
         partitions.sort()
-        out += _pack_int32(len(partitions), f"{what} partition count of {topic!r}")
+        out += pack_int32(len(partitions), f"{what} partition count of {topic!r}")
         out += struct.pack(f">{len(partitions)}i", *partitions)
 
 
 # --- decoding ------------------------------------------------------------------------------
 
 
-class _Reader:
+class Reader:
     """A cursor over peer bytes. Every failure is a RemoteProtocolError naming field + offset."""
 
     __slots__ = ("_data", "_pos", "_what")
 
     def __init__(self, data: bytes | bytearray | memoryview, what: str) -> None:
         if not isinstance(data, bytes | bytearray | memoryview):
-            raise TypeError(f"{what}.decode expects bytes, got {type(data).__name__}")
+            raise TypeError(f"decoding {what} needs bytes, got {type(data).__name__}")
         self._data = bytes(data)
         self._pos = 0
         self._what = what
@@ -269,7 +269,7 @@ class _Reader:
     def _fail(self, field: str, problem: str, offset: int | None = None) -> RemoteProtocolError:
         at = self._pos if offset is None else offset
         return RemoteProtocolError(
-            f"malformed consumer protocol {self._what}: {problem} while decoding {field}"
+            f"malformed {self._what}: {problem} while decoding {field}"
             f" at offset {at} (of {len(self._data)} bytes)"
         )
 

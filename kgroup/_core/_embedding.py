@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from .._errors import AssignmentError, RemoteProtocolError
 from ._assignors import (
@@ -33,15 +33,18 @@ Callback = Literal["on_partitions_revoked", "on_partitions_assigned", "on_partit
 
 @dataclass(frozen=True, slots=True)
 class ListenerCall:
+    """One listener callback to run: ``partitions`` are TopicPartitions for a consumer,
+    item names for a :class:`~kgroup.GroupProtocol` member."""
+
     callback: Callback
-    partitions: frozenset[TopicPartition]
+    partitions: frozenset[Any]
 
 
 @dataclass(frozen=True, slots=True)
 class Completion:
     calls: tuple[ListenerCall, ...] = ()
     rejoin_reason: str | None = None
-    assignment: frozenset[TopicPartition] = field(default_factory=frozenset)
+    assignment: frozenset[Any] = field(default_factory=frozenset)
 
 
 class ConsumerEmbedding:

@@ -28,6 +28,8 @@ from typing import Any, TypeVar
 
 from .._config import GroupConfig, check_topic_pattern, check_topics
 from .._core._consumer_protocol import TopicPartition
+from .._core._embedding import ConsumerEmbedding
+from .._core._group_protocol import GroupProtocol
 from .._core._member import MemberCore
 from .._core._state import Generation, MemberState
 from .._errors import ListenerError, UsageError
@@ -77,6 +79,10 @@ class GroupMember:
     - ``clock``: a monotonic clock in seconds (tests); default: the event loop's ``time()``.
     - ``transport``: how the member reaches the brokers (tests:
       ``kgroup.testing.MockTransport``); default: Kafka's wire protocol via aiokafka.
+    - ``protocol``: a :class:`GroupProtocol` (such as :class:`LeaderElection` or
+      :class:`WorkSharding`) makes this a member of a group that is not a consumer group:
+      it shares out the protocol's items instead of partitions (``config.topics`` stays
+      empty). Default: a consumer group member.
     """
 
     def __init__(
@@ -86,11 +92,12 @@ class GroupMember:
         listener: RebalanceListener | None = None,
         clock: Callable[[], float] | None = None,
         transport: Transport | None = None,
+        protocol: GroupProtocol | None = None,
     ) -> None:
         if not isinstance(config, GroupConfig):
             raise UsageError(f"config must be a GroupConfig, got {type(config).__name__}")
         self._config = config
-        shared = Shared(config, listener=listener, clock=clock)
+        shared = Shared(config, listener=listener, clock=clock, protocol=protocol)
         self._shared = shared
         self._link = CoordinatorLink(
             shared, KafkaTransport(config) if transport is None else transport
@@ -122,8 +129,9 @@ class GroupMember:
         return self.generation.member_id
 
     @property
-    def assignment(self) -> frozenset[TopicPartition]:
-        """The partitions this member owns now (as of its last completed rebalance)."""
+    def assignment(self) -> frozenset[Any]:
+        """What this member owns now (as of its last completed rebalance): TopicPartitions
+        in a consumer group, item names (str) for a :class:`GroupProtocol` member."""
         return self._shared.embedding.owned
 
     @property
@@ -263,7 +271,7 @@ class GroupMember:
                 group=self._config.group_id,
                 thread=f"kgroup-coordinator-{self._config.group_id}",
             )
-        if embedding.pattern is not None:
+        if isinstance(embedding, ConsumerEmbedding) and embedding.pattern is not None:
             # Join with the topics the pattern matches now, not with none (which would cost
             # the group a second rebalance once the watch resolved it).
             if not await shared.seam.run_on_coordinator(self._metadata.refresh()):
@@ -284,8 +292,9 @@ class GroupMember:
     @property
     def subscription(self) -> tuple[str, ...]:
         """The topics this member subscribes to now (for a pattern: what it matched at the
-        last metadata refresh)."""
-        return self._shared.embedding.topics
+        last metadata refresh); empty for a GroupProtocol member."""
+        embedding = self._shared.embedding
+        return embedding.topics if isinstance(embedding, ConsumerEmbedding) else ()
 
     async def subscribe(
         self, topics: Iterable[str] | None = None, *, pattern: str | None = None
@@ -305,6 +314,8 @@ class GroupMember:
         if (topics is None) == (pattern is None):
             raise UsageError("subscribe() takes either topics or pattern")
         embedding = shared.embedding
+        if not isinstance(embedding, ConsumerEmbedding):
+            raise UsageError("subscribe() is for consumer groups; this member has a GroupProtocol")
         if pattern is not None:
             compiled = check_topic_pattern(pattern, "pattern")
             assert shared.seam is not None
@@ -394,7 +405,7 @@ class GroupMember:
 
     # -- poll ------------------------------------------------------------------------------------
 
-    async def poll(self, timeout: float | None = None) -> frozenset[TopicPartition]:
+    async def poll(self, timeout: float | None = None) -> frozenset[Any]:
         """Keep the membership alive; return the assignment when it changes or at timeout.
 
         Runs any pending rebalance in this task (listener callbacks included) and returns as

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 
+from .._core._embedding import ConsumerEmbedding
 from .._core._state import MemberState
 from .._errors import CoordinatorError, RemoteProtocolError
 from .._log import logger
@@ -70,9 +71,9 @@ class MetadataWatch:
         """A pattern subscription: take the matching topics now; rejoin if they changed."""
         shared = self._shared
         embedding = shared.embedding
-        pattern = embedding.pattern
-        if pattern is None:
+        if not isinstance(embedding, ConsumerEmbedding) or embedding.pattern is None:
             return
+        pattern = embedding.pattern
         counts = await self._link.transport.list_topics()
         with shared.lock:
             if embedding.pattern is not pattern:
@@ -95,16 +96,19 @@ class MetadataWatch:
         core = shared.core
         if core is None:
             return
+        embedding = shared.embedding
+        if not isinstance(embedding, ConsumerEmbedding):
+            return  # a GroupProtocol's leader watches no topics
         with shared.lock:
-            snapshot = shared.embedding.assignment_snapshot
+            snapshot = embedding.assignment_snapshot
             watching = snapshot is not None and core.is_leader and core.state is MemberState.STABLE
         if not watching or snapshot is None:
             return
         counts = await self._link.transport.partitions_for(sorted(snapshot))
         with shared.lock:
-            if shared.embedding.assignment_snapshot is not snapshot:
+            if embedding.assignment_snapshot is not snapshot:
                 return  # a rebalance started meanwhile: it takes fresh metadata anyway
-            reason = shared.embedding.metadata_changed(counts)
+            reason = embedding.metadata_changed(counts)
         if reason is not None:
             logger.info("member.metadata_changed", group=shared.config.group_id, reason=reason)
             self._rejoin(reason)

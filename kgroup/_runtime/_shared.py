@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._config import check_topic_pattern
 from .._core._embedding import ConsumerEmbedding
+from .._core._group_protocol import GroupProtocol, ProtocolEmbedding
 from .._core._member import MemberCore
 from .._core._signals import Signals
 from .._core._timers import HeartbeatStats
-from .._errors import InternalError, UsageError
+from .._errors import ConfigError, InternalError, UsageError
 from .._log import EventName, log_event, logger
 from ._seam import LoopSeam
 from ._tasks import TaskOwner
@@ -58,13 +59,25 @@ class Shared:
         *,
         listener: object | None,
         clock: Callable[[], float] | None,
+        protocol: GroupProtocol | None = None,
     ) -> None:
         self.config = config
         self.listener = listener
         self._clock = clock
-        self.embedding = ConsumerEmbedding(config.topics, config.assignors, rack_id=config.rack_id)
-        if config.topic_pattern is not None:
-            self.embedding.subscribe((), check_topic_pattern(config.topic_pattern))
+        self.embedding: ConsumerEmbedding | ProtocolEmbedding
+        if protocol is None:
+            consumer = ConsumerEmbedding(config.topics, config.assignors, rack_id=config.rack_id)
+            if config.topic_pattern is not None:
+                consumer.subscribe((), check_topic_pattern(config.topic_pattern))
+            self.embedding = consumer
+        else:
+            if config.topics or config.topic_pattern is not None:
+                raise ConfigError(
+                    "topics",
+                    "a member with a GroupProtocol subscribes to no topics: leave topics and "
+                    "topic_pattern unset",
+                )
+            self.embedding = ProtocolEmbedding(protocol)
         self.lifecycle = Lifecycle.UNOPENED
         self.core: MemberCore | None = None
         #: Serialises every synchronous access to the core (two threads in isolated mode).

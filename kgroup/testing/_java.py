@@ -240,6 +240,7 @@ class JavaMember:
                     event = {"event": "output", "line": line}
                 if not isinstance(event, dict):
                     event = {"event": "output", "line": line}
+                event.setdefault("received", time.monotonic())  # for ownership logs
                 self._apply(event)
                 async with changed:
                     self.events.append(event)

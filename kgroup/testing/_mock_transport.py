@@ -185,6 +185,7 @@ class InMemoryCoordinator:
         self.state = "Empty"
         self.leader = ""
         self.protocol = ""
+        self.protocol_type = "consumer"
         self.members: dict[str, tuple[tuple[str, bytes], ...]] = {}
         self._joining: dict[str, asyncio.Future[m.JoinGroupResponse]] = {}
         self._syncing: dict[str, asyncio.Future[m.SyncGroupResponse]] = {}
@@ -266,6 +267,7 @@ class InMemoryCoordinator:
         self._maybe_complete_join()
 
     async def _join(self, request: m.JoinGroupRequest) -> m.JoinGroupResponse:
+        self.protocol_type = request.protocol_type  # the group's (every member sends one)
         if request.member_id == "":
             new_id = f"member-{next(self._ids)}"
             return m.JoinGroupResponse(error_code=ErrorCode.MEMBER_ID_REQUIRED, member_id=new_id)
@@ -322,7 +324,7 @@ class InMemoryCoordinator:
                 m.JoinGroupResponse(
                     error_code=ErrorCode.NONE,
                     generation_id=self.generation,
-                    protocol_type="consumer",
+                    protocol_type=self.protocol_type,
                     protocol_name=first,
                     leader=self.leader,
                     member_id=mid,
@@ -351,7 +353,7 @@ class InMemoryCoordinator:
     def _synced(self, member_id: str) -> m.SyncGroupResponse:
         return m.SyncGroupResponse(
             error_code=ErrorCode.NONE,
-            protocol_type="consumer",
+            protocol_type=self.protocol_type,
             protocol_name=self.protocol,
             assignment=self._assignments.get(member_id, b""),
         )
