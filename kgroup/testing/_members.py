@@ -18,6 +18,7 @@ from typing import Any
 
 from .._config import GroupConfig
 from .._core._consumer_protocol import TopicPartition
+from .._core._group_protocol import GroupProtocol
 from .._core._state import MemberState
 from .._listener import RebalanceListener
 from .._runtime._member import GroupMember
@@ -77,6 +78,8 @@ class MemberRunner:
     ``errors`` collects every exception ``poll()`` raised (the loop keeps polling after a
     GroupError, as an application that catches and retries would, unless
     ``stop_on_error``). ``hooks`` maps a callback name to a function run inside it.
+    ``protocol``: a :class:`~kgroup.GroupProtocol` for a group that is not a consumer group
+    (the ownership log then records its items).
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class MemberRunner:
         stop_on_error: bool = False,
         hooks: dict[str, Hook] | None = None,
         listener: RebalanceListener | None = None,
+        protocol: GroupProtocol | None = None,
     ) -> None:
         self.group = group
         self.name = name
@@ -101,12 +105,12 @@ class MemberRunner:
         self.listener = listener
         self.events: list[ListenerEvent] = []
         self.errors: list[BaseException] = []
-        self.member = GroupMember(config, listener=_RecordingListener(self))
+        self.member = GroupMember(config, listener=_RecordingListener(self), protocol=protocol)
         self.member.add_event_hook(self._on_member_event)
         self._task: asyncio.Task[None] | None = None
 
     @property
-    def assignment(self) -> frozenset[TopicPartition]:
+    def assignment(self) -> frozenset[Any]:
         return self.member.assignment
 
     @property
