@@ -46,7 +46,7 @@ from ._errors import (
     UnsupportedVersion,
     UsageError,
 )
-from ._listener import RebalanceListener
+from ._listener import ItemListener, RebalanceListener
 from ._runtime._consumer import GroupConsumer
 from ._runtime._consumer_assignment import NoOffsetForPartition
 from ._runtime._member import EventHook, GroupMember
@@ -79,6 +79,7 @@ __all__ = [
     "InternalError",
     "InvalidGroupId",
     "InvalidSessionTimeout",
+    "ItemListener",
     "KGroupError",
     "LeaderElection",
     "ListenerError",

@@ -24,7 +24,7 @@ from typing import Protocol, runtime_checkable
 
 from ._core._consumer_protocol import TopicPartition
 
-__all__ = ["RebalanceListener"]
+__all__ = ["ItemListener", "RebalanceListener"]
 
 
 @runtime_checkable
@@ -51,4 +51,22 @@ class RebalanceListener(Protocol):
 
     def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> Awaitable[None] | None:
         """These partitions were lost: another member may own them already; do not commit."""
+        return None
+
+
+@runtime_checkable
+class ItemListener(Protocol):
+    """The listener of a :class:`~kgroup.GroupProtocol` member: the same three callbacks
+    with the same guarantees, called with item names instead of partitions."""
+
+    def on_partitions_revoked(self, items: frozenset[str]) -> Awaitable[None] | None:
+        """These items are moving away: finish their work."""
+        return None
+
+    def on_partitions_assigned(self, items: frozenset[str]) -> Awaitable[None] | None:
+        """These items are now this member's (called even when the set is empty)."""
+        return None
+
+    def on_partitions_lost(self, items: frozenset[str]) -> Awaitable[None] | None:
+        """These items were lost: another member may hold them already."""
         return None

@@ -73,6 +73,10 @@ class LeaseRules(MemberBase):
     """The lease rules (see the module docstring); the proofs are written by the response
     handlers of the other parts, through the methods here and ``self.lease``."""
 
+    #: When a heartbeat to renew the lease before a rejoin was asked for (None: not now;
+    #: see ``RebalanceChain._renew_before_rejoin``).
+    _renewing_since: float | None = None
+
     def holds_assignment(self) -> bool:
         """Whether the member holds partitions now (the lease applies only then)."""
         return self._holds() if self._holds is not None else self._installed
@@ -158,8 +162,10 @@ class LeaseRules(MemberBase):
         return record[0], record[2]
 
     def _lease_renewed(self, now: float) -> None:
-        """A completion waits for a proof (AwaitLeaseProof) and this one suffices."""
-        if self.phase is ChainPhase.AWAITING_PROOF and self._lease_deadline() > now:
+        """A completion, or a rejoin that keeps partitions, waits for a proof
+        (AwaitLeaseProof) and this one suffices."""
+        renewing = self._renewing_since is not None
+        if (self.phase is ChainPhase.AWAITING_PROOF or renewing) and self._lease_deadline() > now:
             self._signals.wake_poll = True
             self._emit("member.lease_renewed", valid_until=self._lease_deadline())
 

@@ -102,9 +102,33 @@ class RebalanceChain(LeaseRules):
                 self.rebalance_started_at = now
             self._installed = False
             return PrepareJoin(lost=self.generation.is_reset, generation=self.generation)
+        if self._renew_before_rejoin(now):
+            return AwaitLeaseProof(now + self.settings.retry_backoff_ms)
         return self._send_join(now)
 
+    def _renew_before_rejoin(self, now: float) -> bool:
+        """A member that keeps partitions through the rebalance (COOPERATIVE) must not lose
+        them only because the join takes long: from its JoinGroup on it sends no heartbeats,
+        and its lease then rests on the last proof. When less than half a session of it is
+        left, one heartbeat first renews it (the group is still stable for this member); the
+        JoinGroup goes once that answer arrives, or after ``request_timeout_ms`` at most."""
+        if self.state is not MemberState.STABLE or not self.holds_assignment():
+            self._renewing_since = None
+            return False
+        remaining = self.lease.session_deadline(self._created_at) - now
+        if remaining >= self.settings.session_timeout_ms / 2:
+            self._renewing_since = None
+            return False
+        if self._renewing_since is None:
+            self._renewing_since = now
+            self.timers.heartbeat.reset(now, 0)
+            self._signals.wake_heartbeat = True
+            self._emit("member.lease_proof_needed", deadline=self._lease_deadline())
+            return True
+        return now - self._renewing_since < self.settings.request_timeout_ms
+
     def _send_join(self, now: float) -> SendJoinGroup:
+        self._renewing_since = None
         cfg = self.settings
         protocols = tuple(self._protocols(self.generation))
         member_id = self.generation.member_id

@@ -33,7 +33,7 @@ from .._core._group_protocol import GroupProtocol
 from .._core._member import MemberCore
 from .._core._state import Generation, MemberState
 from .._errors import ListenerError, UsageError
-from .._listener import RebalanceListener
+from .._listener import ItemListener, RebalanceListener
 from .._log import logger, sink_failures
 from .._stats import MemberStats, Percentiles
 from ._heartbeat import HeartbeatDriver, send_leave
@@ -75,7 +75,8 @@ class GroupMember:
 
     Parameters:
     - ``config``: a :class:`GroupConfig`.
-    - ``listener``: a :class:`RebalanceListener` (any subset of its methods, sync or async).
+    - ``listener``: a :class:`RebalanceListener` (any subset of its methods, sync or async);
+      an :class:`ItemListener` for a member with a ``protocol``.
     - ``clock``: a monotonic clock in seconds (tests); default: the event loop's ``time()``.
     - ``transport``: how the member reaches the brokers (tests:
       ``kgroup.testing.MockTransport``); default: Kafka's wire protocol via aiokafka.
@@ -89,7 +90,7 @@ class GroupMember:
         self,
         config: GroupConfig,
         *,
-        listener: RebalanceListener | None = None,
+        listener: RebalanceListener | ItemListener | None = None,
         clock: Callable[[], float] | None = None,
         transport: Transport | None = None,
         protocol: GroupProtocol | None = None,

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from kgroup._core._assignors import BaseAssignor, MemberSubscription, RebalanceProtocol
 from kgroup._core._consumer_protocol import Assignment, Subscription, TopicPartition
 from kgroup._core._embedding import ListenerCall
-from kgroup._core._member import PrepareJoin, RaiseFatal, SendJoinGroup, Sleep
+from kgroup._core._member import AwaitLeaseProof, PrepareJoin, RaiseFatal, SendJoinGroup, Sleep
 from kgroup._core._messages import JoinGroupMember
 from kgroup._core._state import MemberState
 from kgroup._errors import AssignmentError, ErrorCode
@@ -187,3 +187,62 @@ def test_g42_revoke_then_immediate_rejoin_needs_no_sleep(make_harness, coop_assi
     second = h.action()
     assert isinstance(second, SendJoinGroup), second
     assert not isinstance(second, Sleep)
+
+
+def slow_first_phase(h, name: str) -> None:  # type: ignore[no-untyped-def]
+    """A owns t-0..t-3; rebalance 1 is held by the broker for 30 s of the 45 s session, then
+    A is told to give up {2, 3}: it has revoked them and must rejoin."""
+    h.stable("A", generation=1, owned=h.tps("t", 0, 1, 2, 3), protocol=name)
+    rebalance_announced(h)
+    h.poll()
+    h.prepare(lost=False)
+    h.send_join()
+    h.advance(30_000)
+    h.join_response(generation=2, member_id="A", leader="B", protocol_name=name)
+    h.sync_response(assignment=h.assignment_bytes(h.tps("t", 0, 1)), protocol_name=name)
+    h.complete()
+    assert h.prepare(lost=False) == ()
+
+
+def test_cooperative_rejoin_renews_an_old_lease_first(make_harness, coop_assignor) -> None:
+    """The second phase keeps {0, 1} through a JoinGroup that may be held for long, with no
+    heartbeats meanwhile. With less than half a session left on the lease, a heartbeat goes
+    first; its answer renews the lease and the JoinGroup follows at once."""
+    h = make_harness(assignors=(coop_assignor,))
+    slow_first_phase(h, coop_assignor.name)
+    wait = h.action()
+    assert isinstance(wait, AwaitLeaseProof), wait
+    assert h.events_named("member.lease_proof_needed")
+    sent = h.hb_send()  # the heartbeat is due now
+    h.advance(5)
+    h.hb_respond(sent, E.NONE)
+    assert h.events_named("member.lease_renewed")
+    request = h.send_join()
+    assert set(subscription_of(request.protocols, coop_assignor.name).owned_partitions) == (
+        h.tps("t", 0, 1)
+    )
+    assert h.core.valid_until is not None and h.core.valid_until >= h.now + 45_000 - 10
+
+
+def test_cooperative_rejoin_does_not_wait_for_ever_on_the_renewal(
+    make_harness, coop_assignor
+) -> None:
+    """No answer to the renewing heartbeat: the JoinGroup goes after request_timeout_ms."""
+    h = make_harness(assignors=(coop_assignor,), request_timeout_ms=2_000)
+    slow_first_phase(h, coop_assignor.name)
+    assert isinstance(h.action(), AwaitLeaseProof)
+    h.advance(1_999)
+    assert isinstance(h.action(), AwaitLeaseProof)
+    h.advance(1)
+    h.send_join()
+
+
+def test_a_fresh_lease_needs_no_renewal(make_harness, coop_assignor) -> None:
+    h = make_harness(assignors=(coop_assignor,))
+    name = coop_assignor.name
+    h.stable("A", generation=1, owned=h.tps("t", 0, 1), protocol=name)
+    h.core.request_rejoin("test")
+    h.poll()
+    assert h.prepare(lost=False) == ()
+    h.send_join()
+    assert not h.events_named("member.lease_proof_needed")
