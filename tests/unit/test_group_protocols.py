@@ -269,3 +269,32 @@ async def test_work_is_sharded_and_follows_changes(group: Members) -> None:
 def test_a_protocol_member_takes_no_topics() -> None:
     with pytest.raises(ConfigError, match="subscribes to no topics"):
         GroupMember(config(), protocol=LeaderElection())
+
+
+def test_the_guides_own_protocol_example_runs() -> None:
+    """docs/guide/groups.md, "Writing your own protocol": the class as printed, run as the
+    leader would run it (through the embedding, cooperative rule included)."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs/guide/groups.md").read_text()
+    section = text.split("## Writing your own protocol", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    namespace: dict[str, object] = {}
+    exec(compile(code.group(1), "groups.md", "exec"), namespace)
+    protocol = namespace["Partitioned"](2)  # type: ignore[operator]
+    embedding = ProtocolEmbedding(protocol)
+    ((name, meta),) = embedding.metadata(Generation(-1, "", None))
+    other = ProtocolEmbedding(namespace["Partitioned"](1))  # type: ignore[operator]
+    ((_, other_meta),) = other.metadata(Generation(-1, "", None))
+    out = embedding.assign(
+        name,
+        [
+            JoinGroupMember(member_id="a", group_instance_id=None, metadata=meta),
+            JoinGroupMember(member_id="b", group_instance_id=None, metadata=other_meta),
+        ],
+        {},
+    )
+    assert decode_assignment(out["a"]).items == {"slot-0", "slot-1"}
+    assert decode_assignment(out["b"]).items == {"slot-2"}
