@@ -41,6 +41,11 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
     ),
     "group_id": ("group.id", "The group to join. Required, non-empty."),
     "topics": ("subscription", "The topics this member subscribes to."),
+    "topic_pattern": (
+        "subscribe(Pattern)",
+        "A regular expression over topic names (`fullmatch`; internal topics excluded), "
+        "instead of `topics`: see the member guide's subscriptions.",
+    ),
     "assignors": (
         "partition.assignment.strategy",
         'Assignor names (`"range"`, `"roundrobin"`) or `Assignor` objects, in order of '
@@ -86,6 +91,11 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
         "(kgroup)",
         "Run the coordinator side on its own loop and thread: see "
         "[isolated mode](../guide/isolated.md).",
+    ),
+    "metadata_max_age_ms": (
+        "metadata.max.age.ms",
+        "How often topic metadata is refreshed: pattern subscriptions, and the leader's "
+        "watch for partition count changes.",
     ),
     "loop_stall_warn_ms": (
         "(kgroup)",

@@ -8,6 +8,7 @@ and the leader are scripted; as leader the harness runs the assignor as the runt
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kgroup._core._assignors import BaseAssignor, MemberSubscription, RebalanceProtocol
 from kgroup._core._consumer_protocol import Assignment, Subscription, TopicPartition
@@ -24,7 +25,7 @@ def subscription_of(request_protocols: Sequence[tuple[str, bytes]], name: str) -
     return Subscription.decode(dict(request_protocols)[name])
 
 
-def rebalance_announced(h) -> None:  # type: ignore[no-untyped-def]
+def rebalance_announced(h: Any) -> None:
     """The broker answers the next heartbeat with REBALANCE_IN_PROGRESS."""
     h.advance(3_000)
     h.hb_respond(h.hb_send(), E.REBALANCE_IN_PROGRESS)
@@ -189,7 +190,7 @@ def test_g42_revoke_then_immediate_rejoin_needs_no_sleep(make_harness, coop_assi
     assert not isinstance(second, Sleep)
 
 
-def slow_first_phase(h, name: str) -> None:  # type: ignore[no-untyped-def]
+def slow_first_phase(h: Any, name: str) -> None:
     """A owns t-0..t-3; rebalance 1 is held by the broker for 30 s of the 45 s session, then
     A is told to give up {2, 3}: it has revoked them and must rejoin."""
     h.stable("A", generation=1, owned=h.tps("t", 0, 1, 2, 3), protocol=name)
