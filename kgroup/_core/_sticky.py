@@ -251,37 +251,42 @@ class _Counts:
         subscribed: Sequence[frozenset[str]],
         valid: Sequence[Sequence[TopicPartition]],
     ) -> None:
-        self.topics = list(topics)
-        self.members = range(len(subscribed))
-        self.eligible = {t: [i for i in self.members if t in subscribed[i]] for t in topics}
-        self.claimed: list[dict[str, int]] = [dict.fromkeys(topics, 0) for _ in self.members]
+        members = range(len(subscribed))
+        self.subscribed = subscribed
+        self.eligible = {t: [i for i in members if t in subscribed[i]] for t in topics}
+        # Per member, its topics in name order: claimed units, and held units (claimed or not).
+        self.claimed = [dict.fromkeys(sorted(s), 0) for s in subscribed]
         for index, tps in enumerate(valid):
             for tp in tps:
                 self.claimed[index][tp.topic] += 1
         self.held = [dict(c) for c in self.claimed]
         self.total = [len(tps) for tps in valid]
-        self.active = [i for i in self.members if subscribed[i]]
-        self._fill(partitions_per_topic)
-
-    def _fill(self, partitions_per_topic: Mapping[str, int]) -> None:
-        """Each unclaimed partition to the eligible member holding the fewest (member order)."""
+        self.active = [i for i in members if subscribed[i]]
         # Topics with the fewest subscribers first: they have the least choice.
-        for topic in sorted(self.topics, key=lambda t: (len(self.eligible[t]), t)):
-            free = partitions_per_topic[topic] - sum(h[topic] for h in self.held)
-            heap = [(self.total[i], i) for i in self.eligible[topic]]
-            heapq.heapify(heap)
-            for _ in range(free):
-                total, index = heapq.heappop(heap)
-                self.held[index][topic] += 1
-                self.total[index] = total + 1
-                heapq.heappush(heap, (total + 1, index))
+        for topic in sorted(topics, key=lambda t: (len(self.eligible[t]), t)):
+            self._fill(topic, partitions_per_topic[topic])
+
+    def _fill(self, topic: str, partitions: int) -> None:
+        """Each unclaimed partition to the eligible member holding the fewest (member order)."""
+        free = partitions - sum(self.held[i][topic] for i in self.eligible[topic])
+        heap = [(self.total[i], i) for i in self.eligible[topic]]
+        heapq.heapify(heap)
+        for _ in range(free):
+            total, index = heapq.heappop(heap)
+            self.held[index][topic] += 1
+            self.total[index] = total + 1
+            heapq.heappush(heap, (total + 1, index))
 
     def _spare(self, index: int, topic: str, claims_too: bool) -> int:
+        """Units of ``topic`` that ``index`` may hand on: unclaimed ones, or all of them."""
         held = self.held[index][topic]
         return held if claims_too else held - self.claimed[index][topic]
 
     def balance(self) -> None:
-        """Shift units along chains until no member can give to one holding 2+ fewer."""
+        """Shift units along chains until no member can give to one holding 2+ fewer.
+
+        Chains of unclaimed units first; claims move only when no such chain is left.
+        """
         for claims_too in (False, True):
             while self._shift_once(claims_too):
                 pass
@@ -311,37 +316,49 @@ class _Counts:
     ) -> list[tuple[int, int, str]] | None:
         """Breadth-first from ``source``: the chain to the member with the fewest units at
         most ``limit`` (then the shortest chain, then member order), as (giver, taker, topic)."""
-        parent: dict[int, tuple[int, str]] = {}
+        parent: dict[int, int] = {}
         depth = {source: 0}
         visited[source] = True
+        unvisited = [i for i in self.active if not visited[i]]
         queue = deque([source])
         best: tuple[int, int, int] | None = None
-        while queue:
+        while queue and unvisited:
             giver = queue.popleft()
-            # Topics with unclaimed units first, so claims move last.
-            spare = [t for t in self.topics if self._spare(giver, t, claims_too) > 0]
-            spare.sort(key=lambda t: self.held[giver][t] <= self.claimed[giver][t])
-            for topic in spare:
-                for taker in self.eligible[topic]:
-                    if visited[taker]:
-                        continue
-                    visited[taker] = True
-                    parent[taker] = (giver, topic)
-                    depth[taker] = depth[giver] + 1
-                    queue.append(taker)
-                    key = (self.total[taker], depth[taker], taker)
-                    if self.total[taker] <= limit and (best is None or key < best):
-                        best = key
+            # A set, but only tested against, never iterated: the order stays deterministic.
+            spare = {t for t in self.held[giver] if self._spare(giver, t, claims_too) > 0}
+            if not spare:
+                continue
+            still = []
+            for taker in unvisited:
+                if spare.isdisjoint(self.subscribed[taker]):
+                    still.append(taker)
+                    continue
+                visited[taker] = True
+                parent[taker] = giver
+                depth[taker] = depth[giver] + 1
+                queue.append(taker)
+                key = (self.total[taker], depth[taker], taker)
+                if self.total[taker] <= limit and (best is None or key < best):
+                    best = key
+            unvisited = still
         if best is None:
             return None
         chain: list[tuple[int, int, str]] = []
         node = best[2]
         while node != source:
-            giver, topic = parent[node]
-            chain.append((giver, node, topic))
+            giver = parent[node]
+            chain.append((giver, node, self._topic(giver, node, claims_too)))
             node = giver
         chain.reverse()
         return chain
+
+    def _topic(self, giver: int, taker: int, claims_too: bool) -> str:
+        """The topic ``giver`` hands ``taker``: one with unclaimed units first, then by name."""
+        held, claimed = self.held[giver], self.claimed[giver]
+        return min(
+            (t for t in held if t in self.subscribed[taker] and self._spare(giver, t, claims_too)),
+            key=lambda t: (held[t] <= claimed[t], t),
+        )
 
     def _apply(self, chain: Sequence[tuple[int, int, str]], claims_too: bool) -> None:
         source, target = chain[0][0], chain[-1][1]
