@@ -38,6 +38,7 @@ Java's placement: only the leader's output matters (§7.3).
 
 from __future__ import annotations
 
+import abc
 import heapq
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
@@ -70,8 +71,9 @@ _TIE = -1
 class _AbstractStickyAssignor(BaseAssignor):
     """The shared leader side: resolve claims, compute the sticky balanced target."""
 
+    @abc.abstractmethod
     def _claim(self, member: MemberSubscription) -> _Claim:
-        raise NotImplementedError
+        """The member's previous ownership, as this assignor's members send it."""
 
     def _withhold_moves(self) -> bool:
         return False
@@ -86,7 +88,8 @@ class _AbstractStickyAssignor(BaseAssignor):
         if self._withhold_moves():
             # §7.6: a partition goes only to its previous owner, or to nobody while another
             # member (any claimant but the unique highest-generation one) still holds it.
-            # DEVIATION (spec §7.6): Java lets any claimant keep a contested partition.
+            # DEVIATION (spec §7.6): Java lets a stale claimant keep a contested partition it
+            # lists as owned, while the newer owner revokes it.
             target = [[tp for tp in tps if owners.get(tp, i) == i] for i, tps in enumerate(target)]
         return {
             m.member_id: Assignment(partitions=tuple(sorted(tps)), user_data=None)
