@@ -19,6 +19,7 @@ from ._core._election import LEADER, LeaderElection
 from ._core._group_protocol import GroupProtocol, ProtocolAssignment, ProtocolMember
 from ._core._sharding import WorkSharding
 from ._core._state import Generation, MemberState
+from ._core._sticky import CooperativeStickyAssignor, StickyAssignor
 from ._errors import (
     AssignmentError,
     AuthenticationFailed,
@@ -63,6 +64,7 @@ __all__ = [
     "CommitFailed",
     "ConfigError",
     "ConsumerStats",
+    "CooperativeStickyAssignor",
     "CoordinatorError",
     "ErrorCode",
     "EventHook",
@@ -100,6 +102,7 @@ __all__ = [
     "RebalanceProtocol",
     "RemoteProtocolError",
     "RoundRobinAssignor",
+    "StickyAssignor",
     "Subscription",
     "TopicAuthorizationFailed",
     "TopicPartition",

@@ -129,8 +129,9 @@ class GroupConfig:
       refreshes topic metadata: the group leader to notice a subscribed topic's partition
       count change (and rebalance), a pattern subscription to notice topics appearing or
       disappearing.
-    - ``assignors`` [partition.assignment.strategy]: names ("range", "roundrobin") or
-      :class:`Assignor` objects, in preference order. Default ``("range",)``.
+    - ``assignors`` [partition.assignment.strategy]: names ("range", "roundrobin",
+      "sticky", "cooperative-sticky") or :class:`Assignor` objects, in preference order.
+      Default ``("range",)``; ``["cooperative-sticky"]`` alone makes the member COOPERATIVE.
     - ``group_instance_id`` [group.instance.id]: makes the member static (KIP-345).
     - ``session_timeout_ms`` (45000), ``heartbeat_interval_ms`` (3000, must be below the
       session timeout), ``max_poll_interval_ms`` (300000, also the rebalance timeout),
