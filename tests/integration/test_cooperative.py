@@ -44,7 +44,10 @@ async def test_scale_out_moves_only_what_must_move(
         await group.wait_until(
             lambda: covered([a, b], topic, 6) and len(b.assignment) == 3, timeout=60, what="a+b"
         )
-        assert a.member.generation.generation_id - before <= 2
+        # Two rebalances on Kafka. tansu holds a follower's SyncGroup until the next
+        # rebalance has formed without it (docs/design/brokers.md), which costs a third.
+        bound = 2 if type(broker).__name__ == "KafkaBroker" else 3
+        assert a.member.generation.generation_id - before <= bound
         kept = a.assignment
         assert len(kept) == 3
         assert callbacks(a, "on_partitions_revoked") == [frozenset(b.assignment)]
