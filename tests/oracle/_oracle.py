@@ -9,6 +9,8 @@ It is compiled once into the jar cache, like :class:`~kgroup.testing.JavaMember`
         java = oracle.assign("range", {"t0": 3}, members)   # MemberSubscription sequence
         many = oracle.assign_many([case1, case2, ...])      # pipelined, one round trip
 
+Where Java's assignor throws, the answer is a :class:`JavaRejected` with the exception.
+
 :meth:`AssignorOracle.start` raises :class:`~kgroup.testing.BrokerUnavailable` where Java
 (or the jars, and Maven to fetch them) is missing.
 """
@@ -21,6 +23,7 @@ import queue
 import subprocess
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -37,7 +40,7 @@ from kgroup.testing._ports import (
     unregister_child,
 )
 
-__all__ = ["ORACLE_SOURCE", "AssignorOracle", "OracleError", "java_case"]
+__all__ = ["ORACLE_SOURCE", "AssignorOracle", "JavaRejected", "OracleError", "java_case"]
 
 #: The Java source of the oracle program.
 ORACLE_SOURCE = Path(__file__).resolve().parent / "AssignorOracle.java"
@@ -47,7 +50,14 @@ JavaAssignment = dict[str, list[TopicPartition]]
 
 
 class OracleError(RuntimeError):
-    """The oracle JVM failed, exited, did not answer in time, or rejected a case."""
+    """The oracle JVM failed, exited or did not answer in time."""
+
+
+@dataclass(frozen=True)
+class JavaRejected:
+    """Java's assignor threw on a case: the exception as Java prints it."""
+
+    error: str
 
 
 def java_case(
@@ -179,12 +189,14 @@ class AssignorOracle:
             writer.join(timeout=self.timeout)
         return answers
 
-    def assign_many(self, cases: Sequence[Case]) -> list[JavaAssignment]:
-        """Java's assignment for every case (see :func:`java_case`), in one round trip."""
-        results: list[JavaAssignment] = []
-        for case, answer in zip(cases, self._exchange(cases), strict=True):
+    def assign_many(self, cases: Sequence[Case]) -> list[JavaAssignment | JavaRejected]:
+        """Java's assignment for every case (see :func:`java_case`), in one round trip;
+        :class:`JavaRejected` where the assignor threw."""
+        results: list[JavaAssignment | JavaRejected] = []
+        for answer in self._exchange(cases):
             if "assignment" not in answer:
-                raise OracleError(f"Java rejected the case: {answer.get('error')}\ncase: {case}")
+                results.append(JavaRejected(str(answer.get("error"))))
+                continue
             results.append(
                 {
                     member: [TopicPartition(str(t), int(p)) for t, p in tps]
@@ -198,7 +210,7 @@ class AssignorOracle:
         assignor: str,
         partitions_per_topic: Mapping[str, int],
         members: Iterable[MemberSubscription],
-    ) -> JavaAssignment:
+    ) -> JavaAssignment | JavaRejected:
         """Java's assignment for one input, given as ``Assignor.assign`` takes it."""
         return self.assign_many([java_case(assignor, partitions_per_topic, members)])[0]
 
