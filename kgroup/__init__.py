@@ -16,6 +16,7 @@ from ._core._assignors import (
 )
 from ._core._consumer_protocol import Assignment, Subscription, TopicPartition
 from ._core._state import Generation, MemberState
+from ._core._sticky import CooperativeStickyAssignor, StickyAssignor
 from ._errors import (
     AssignmentError,
     AuthenticationFailed,
@@ -59,6 +60,7 @@ __all__ = [
     "CommitFailed",
     "ConfigError",
     "ConsumerStats",
+    "CooperativeStickyAssignor",
     "CoordinatorError",
     "ErrorCode",
     "EventHook",
@@ -91,6 +93,7 @@ __all__ = [
     "RebalanceProtocol",
     "RemoteProtocolError",
     "RoundRobinAssignor",
+    "StickyAssignor",
     "Subscription",
     "TopicAuthorizationFailed",
     "TopicPartition",

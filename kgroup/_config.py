@@ -81,8 +81,9 @@ class GroupConfig:
     - ``bootstrap_servers``: "host:port" (comma-separated, or a sequence).
     - ``group_id`` [group.id]: the group to join; required, non-empty.
     - ``topics``: the topics this member subscribes to (the consumer embedded protocol).
-    - ``assignors`` [partition.assignment.strategy]: names ("range", "roundrobin") or
-      :class:`Assignor` objects, in preference order. Default ``("range",)``.
+    - ``assignors`` [partition.assignment.strategy]: names ("range", "roundrobin",
+      "sticky", "cooperative-sticky") or :class:`Assignor` objects, in preference order.
+      Default ``("range",)``; ``["cooperative-sticky"]`` alone makes the member COOPERATIVE.
     - ``group_instance_id`` [group.instance.id]: makes the member static (KIP-345).
     - ``session_timeout_ms`` (45000), ``heartbeat_interval_ms`` (3000, must be below the
       session timeout), ``max_poll_interval_ms`` (300000, also the rebalance timeout),

@@ -43,8 +43,9 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
     "topics": ("subscription", "The topics this member subscribes to."),
     "assignors": (
         "partition.assignment.strategy",
-        'Assignor names (`"range"`, `"roundrobin"`) or `Assignor` objects, in order of '
-        "preference. Kafka's default adds `cooperative-sticky`, which kgroup does not have.",
+        'Assignor names (`"range"`, `"roundrobin"`, `"sticky"`, `"cooperative-sticky"`) or '
+        '`Assignor` objects, in order of preference. `["cooperative-sticky"]` alone makes '
+        "the member cooperative. Kafka's default is `[range, cooperative-sticky]` (eager).",
     ),
     "group_instance_id": (
         "group.instance.id",

@@ -38,6 +38,7 @@ Java's placement: only the leader's output matters (§7.3).
 
 from __future__ import annotations
 
+import abc
 import heapq
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
@@ -70,8 +71,9 @@ _TIE = -1
 class _AbstractStickyAssignor(BaseAssignor):
     """The shared leader side: resolve claims, compute the sticky balanced target."""
 
+    @abc.abstractmethod
     def _claim(self, member: MemberSubscription) -> _Claim:
-        raise NotImplementedError
+        """The member's previous ownership, as this assignor's members send it."""
 
     def _withhold_moves(self) -> bool:
         return False
@@ -86,6 +88,8 @@ class _AbstractStickyAssignor(BaseAssignor):
         if self._withhold_moves():
             # §7.6: a partition goes only to its previous owner, or to nobody while another
             # member (any claimant but the unique highest-generation one) still holds it.
+            # DEVIATION (spec §7.6): Java lets a stale claimant keep a contested partition it
+            # lists as owned, while the newer owner revokes it.
             target = [[tp for tp in tps if owners.get(tp, i) == i] for i, tps in enumerate(target)]
         return {
             m.member_id: Assignment(partitions=tuple(sorted(tps)), user_data=None)
@@ -161,7 +165,9 @@ class CooperativeStickyAssignor(_AbstractStickyAssignor):
 def _resolve_claims(claims: Sequence[_Claim]) -> dict[TopicPartition, int]:
     """Every claimed partition -> index of its unique highest-generation claimant, or _TIE.
 
-    The result does not depend on the order of the claims (§7.3 rule 4).
+    The result does not depend on the order of the claims (§7.3 rule 4). DEVIATION (spec
+    §7.3): an uncontested claim counts whatever its generation; Java, when all subscriptions
+    are equal, drops every claim of a member older than the newest generation.
     """
     best: dict[TopicPartition, tuple[int, int]] = {}
     for index, (generation, partitions) in enumerate(claims):

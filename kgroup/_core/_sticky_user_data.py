@@ -26,13 +26,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable
 
-from kgroup._core._consumer_protocol import (
-    TopicPartition,
-    _pack_int32,
-    _Reader,
-    _write_topic_partitions,
-)
-from kgroup._errors import RemoteProtocolError
+from kgroup._core._consumer_protocol import TopicPartition
+from kgroup._errors import LocalProtocolError
 
 __all__ = [
     "NO_GENERATION",
@@ -45,39 +40,97 @@ __all__ = [
 NO_GENERATION = -1
 """The generation of a member that has had no assignment yet, or whose data says nothing."""
 
+_INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+
+
+def _int32(value: int, what: str) -> bytes:
+    try:
+        return _INT32.pack(value)
+    except struct.error:
+        raise LocalProtocolError(f"{what} = {value!r} does not fit in an int32") from None
 
 
 def encode_sticky_user_data(partitions: Iterable[TopicPartition], generation: int) -> bytes:
     """``sticky`` user data V1: the partitions grouped by topic, sorted, then the generation."""
-    out = bytearray()
-    _write_topic_partitions(out, partitions, "sticky user data partitions")
-    out += _pack_int32(generation, "sticky user data generation")
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, []).append(partition)
+    out = bytearray(_int32(len(by_topic), "sticky user data topic count"))
+    for topic in sorted(by_topic):
+        name = topic.encode("utf-8")
+        if len(name) > 0x7FFF:
+            raise LocalProtocolError(f"sticky user data: topic name of {len(name)} bytes")
+        out += _INT16.pack(len(name)) + name
+        numbers = sorted(set(by_topic[topic]))
+        out += _int32(len(numbers), "sticky user data partition count")
+        for partition in numbers:
+            out += _int32(partition, f"sticky user data partition of {topic!r}")
+    out += _int32(generation, "sticky user data generation")
     return bytes(out)
+
+
+class _Truncated(Exception):
+    """The bytes end, or a count or length is impossible, before the layout does."""
+
+
+def _read_partitions(data: bytes) -> tuple[tuple[TopicPartition, ...], int]:
+    """The V0 part: (partitions, offset after them). Raises _Truncated or UnicodeDecodeError."""
+    pos = 0
+
+    def int32() -> int:
+        nonlocal pos
+        if pos + 4 > len(data):
+            raise _Truncated
+        (value,) = _INT32.unpack_from(data, pos)
+        pos += 4
+        return int(value)
+
+    def count(item_size: int) -> int:
+        n = int32()
+        if n < 0 or n * item_size > len(data) - pos:  # checked before anything is allocated
+            raise _Truncated
+        return n
+
+    partitions: list[TopicPartition] = []
+    for _ in range(count(6)):  # int16 name length + int32 partition count
+        if pos + 2 > len(data):
+            raise _Truncated
+        (length,) = _INT16.unpack_from(data, pos)
+        pos += 2
+        if length < 0 or pos + length > len(data):
+            raise _Truncated
+        topic = data[pos : pos + length].decode("utf-8")
+        pos += length
+        n = count(4)
+        numbers = struct.unpack_from(f">{n}i", data, pos)
+        pos += 4 * n
+        partitions.extend(TopicPartition(topic, p) for p in numbers)
+    return tuple(partitions), pos
 
 
 def decode_sticky_user_data(data: bytes | None) -> tuple[tuple[TopicPartition, ...], int]:
     """(previous partitions, generation) from ``sticky`` user data: V1, else V0, else nothing.
 
-    Never raises: null, empty or malformed data gives ``((), -1)``.
+    Never raises: null, empty or malformed data gives ``((), -1)``. Bytes after the last
+    field are ignored.
     """
-    if not data:
+    if not isinstance(data, bytes | bytearray | memoryview) or not data:
         return (), NO_GENERATION
+    raw = bytes(data)
     try:
-        r = _Reader(data, "sticky user data")
-        partitions = r.topic_partitions("partitions")
-    except (RemoteProtocolError, TypeError):
+        partitions, end = _read_partitions(raw)
+    except (_Truncated, UnicodeDecodeError):
         return (), NO_GENERATION
-    try:
-        generation = r.int32("generation")
-    except RemoteProtocolError:
+    if end + 4 > len(raw):
         return partitions, NO_GENERATION  # V0: no generation
-    return partitions, generation
+    (generation,) = _INT32.unpack_from(raw, end)
+    return partitions, int(generation)
 
 
 def encode_cooperative_sticky_user_data(generation: int) -> bytes:
     """``cooperative-sticky`` user data: the bare ``int32`` generation."""
-    return _pack_int32(generation, "cooperative-sticky user data generation")
+    return _int32(generation, "cooperative-sticky user data generation")
 
 
 def decode_cooperative_sticky_user_data(data: bytes | None) -> int:
