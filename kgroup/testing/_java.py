@@ -18,20 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import os
-import shutil
 import signal
-import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from ._kafka import KAFKA_VERSION, _file_lock, cache_root, find_java, kafka_libs
+from ._javac import HELPER_JVM_OPTIONS, java_program_command
+from ._kafka import KAFKA_VERSION
 from ._ports import (
     kill_with_parent_prefix,
     log_tail,
@@ -53,64 +50,20 @@ class JavaMemberError(RuntimeError):
     """The Java member failed, exited early, or an awaited event did not come in time."""
 
 
-def _compiled_member(java: str, libs: Path) -> Path | None:
-    """Directory holding JavaMember.class for the current source (None: no javac here)."""
-    javac = Path(java).resolve().parent / "javac"
-    javac_path = str(javac) if javac.is_file() else shutil.which("javac")
-    if javac_path is None:
-        return None
-    source = JAVA_MEMBER_SOURCE.read_bytes()
-    key = source + f"\0{libs}\0{os.path.realpath(javac_path)}".encode()
-    digest = hashlib.sha256(key).hexdigest()[:16]
-    out = cache_root() / "java-member" / digest
-    if (out / "JavaMember.class").is_file():
-        return out
-    with _file_lock(cache_root() / "java-member" / f"{digest}.lock"):
-        if (out / "JavaMember.class").is_file():
-            return out
-        tmp = Path(tempfile.mkdtemp(prefix="build-", dir=out.parent))
-        try:
-            result = subprocess.run(
-                [
-                    javac_path,
-                    "-nowarn",
-                    "-d",
-                    str(tmp),
-                    "-cp",
-                    str(libs / "*"),
-                    str(JAVA_MEMBER_SOURCE),
-                ],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=300,
-                check=False,
-            )
-            if result.returncode != 0:
-                output = (result.stdout + result.stderr).decode("utf-8", "replace")
-                raise JavaMemberError(f"javac JavaMember.java failed:\n{output[-4000:]}")
-            tmp.rename(out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
-
-
 def java_member_command(args: Sequence[str], *, version: str = KAFKA_VERSION) -> list[str]:
     """The argv that runs JavaMember with ``args`` (fetches jars / compiles if needed)."""
-    java = find_java()
-    libs = kafka_libs(version)
-    compiled = _compiled_member(java, libs)
-    jvm = [
-        java,
-        "-Xmx256m",
-        "-XX:+UseSerialGC",
-        "-XX:TieredStopAtLevel=1",
-        "-Xshare:auto",
-        "-Dorg.slf4j.simpleLogger.showDateTime=true",
-        "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-    ]
-    if compiled is not None:
-        return [*jvm, "-cp", f"{compiled}{os.pathsep}{libs / '*'}", "JavaMember", *args]
-    return [*jvm, "-cp", str(libs / "*"), str(JAVA_MEMBER_SOURCE), *args]
+    return java_program_command(
+        JAVA_MEMBER_SOURCE,
+        args,
+        cache_name="java-member",
+        jvm_options=(
+            *HELPER_JVM_OPTIONS,
+            "-Dorg.slf4j.simpleLogger.showDateTime=true",
+            "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+        ),
+        version=version,
+        error=JavaMemberError,
+    )
 
 
 class JavaMember:
