@@ -106,6 +106,17 @@ class RebalanceChain(LeaseRules):
             return AwaitLeaseProof(now + self.settings.retry_backoff_ms)
         return self._send_join(now)
 
+    def poll_work_pending(self) -> bool:
+        """True when ``poll()`` has a step to run now: a fatal error to raise, a lapsed lease
+        to release, a completed join to install, or a rejoin to start. False while only a
+        JoinGroup/SyncGroup is in flight: a COOPERATIVE member keeps working on what it owns
+        meanwhile. (No side effects, unlike :meth:`next_join_action`.)"""
+        if self._fatal is not None or self._lease_expired_at is not None:
+            return True
+        if self.phase in CHAIN_IN_FLIGHT:
+            return False
+        return self.phase in CHAIN_SYNCED or self.rejoin_needed
+
     def _renew_before_rejoin(self, now: float) -> bool:
         """A member that keeps partitions through the rebalance (COOPERATIVE) must not lose
         them only because the join takes long: from its JoinGroup on it sends no heartbeats,

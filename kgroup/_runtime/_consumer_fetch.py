@@ -11,6 +11,7 @@ from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import ConsumerRecord
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
+from .._core._assignors import RebalanceProtocol
 from .._core._consumer_protocol import TopicPartition
 from .._errors import UsageError
 from .._log import logger
@@ -53,7 +54,16 @@ class _ConsumerFetch(_ConsumerAssignment):
         return frozenset(ready)
 
     def _rebalancing(self) -> bool:
-        return self._member.rebalance_pending
+        """A rebalance is under way and nothing may be delivered until it completes. A
+        COOPERATIVE member that still holds a lease on partitions keeps delivering them
+        (only a revoke callback takes partitions away), so it is not blocked."""
+        member = self._member
+        if not member.rebalance_pending:
+            return False
+        keeps = member.rebalance_protocol is RebalanceProtocol.COOPERATIVE and bool(
+            member.assignment
+        )
+        return not (keeps and self._lease_holds())
 
     async def _poll_member(self, deadline: float) -> None:
         """The poll part of a fetch call: reset the poll timer, run what is pending; while

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from .._config import GroupConfig, check_topic_pattern, check_topics
+from .._core._assignors import RebalanceProtocol
 from .._core._consumer_protocol import TopicPartition
 from .._core._embedding import ConsumerEmbedding
 from .._core._group_protocol import GroupProtocol
@@ -422,19 +423,18 @@ class GroupMember:
         return await self._rebalance.poll(timeout)
 
     async def wait_rebalance_pending(self, timeout: float | None = None) -> bool:
-        """Wait until the next ``poll()`` has something to do: a rebalance step, a fatal
-        error to raise, or the member is closing. True as soon as it has; False when
-        ``timeout`` seconds (None: no limit) pass first. It never runs the rebalance itself:
-        call ``poll()`` for that. A fetch loop uses it to stop waiting for records."""
+        """Wait until the next ``poll()`` has something to do: a rebalance step (a rejoin to
+        start, a completed join to install, partitions to release), a fatal error to raise,
+        or the member is closing. A JoinGroup in flight is not such a step: a cooperative
+        member goes on working on what it owns meanwhile. True as soon as it has; False
+        when ``timeout`` seconds (None: no limit) pass first. It never runs the rebalance
+        itself: call ``poll()`` for that. A fetch loop uses it to stop waiting for records."""
         shared = self._shared
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + max(0.0, timeout)
         while True:
             shared.pending_wake.clear()
-            if not shared.open or self.rebalance_pending:
-                return True
-            core = shared.core
-            if core is not None and core.fatal is not None:
+            if self._poll_has_work():
                 return True
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
@@ -443,7 +443,21 @@ class GroupMember:
                 async with asyncio.timeout(remaining):
                     await shared.pending_wake.wait()
             except TimeoutError:
-                return not shared.open or self.rebalance_pending
+                return self._poll_has_work()
+
+    def _poll_has_work(self) -> bool:
+        shared = self._shared
+        core = shared.core
+        if not shared.open or core is None:
+            return True
+        with shared.lock:
+            return core.poll_work_pending()
+
+    @property
+    def rebalance_protocol(self) -> RebalanceProtocol:
+        """EAGER or COOPERATIVE: how this member gives up partitions in a rebalance (the best
+        protocol all its assignors support, or its GroupProtocol's)."""
+        return self._shared.embedding.rebalance_protocol
 
     # -- offsets ---------------------------------------------------------------------------------
 

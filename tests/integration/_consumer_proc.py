@@ -1,6 +1,6 @@
 """A GroupConsumer in its own process, for the crash tests in test_consumer.py.
 
-Usage: python _consumer_proc.py BOOTSTRAP GROUP TOPIC OUT_FILE NAME
+Usage: python _consumer_proc.py BOOTSTRAP GROUP TOPIC OUT_FILE NAME [ASSIGNOR]
 
 It consumes TOPIC in GROUP from the earliest offset, and appends to OUT_FILE (one line per
 event, each line written with one unbuffered ``os.write`` so a SIGKILL never leaves half a
@@ -27,6 +27,7 @@ from kgroup import CommitFailed, GroupConfig, GroupConsumer, RebalanceInProgress
 
 def main() -> None:
     bootstrap, group, topic, out_path, name = sys.argv[1:6]
+    assignor = sys.argv[6] if len(sys.argv) > 6 else "range"
     fd = os.open(out_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def emit(line: str) -> None:
@@ -54,6 +55,7 @@ def main() -> None:
             max_poll_interval_ms=20_000,
             request_timeout_ms=10_000,
             client_id=name,
+            assignors=(assignor,),
         )
         consumer = GroupConsumer(
             config, listener=Listener(), auto_offset_reset="earliest", enable_auto_commit=True

@@ -32,7 +32,7 @@ from kgroup import (
     RebalanceInProgress,
     TopicPartition,
 )
-from kgroup.testing import Broker, KafkaBroker, ProxiedBroker
+from kgroup.testing import Broker, KafkaBroker, MemberGroup, ProxiedBroker
 from tests.integration.conftest import SESSION_MS, group_config
 
 PROC = Path(__file__).with_name("_consumer_proc.py")
@@ -278,15 +278,19 @@ class Worker:
         await self.consumer.close()
 
 
+ASSIGNORS = pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
+
+
 @pytest.mark.kafka
+@ASSIGNORS
 async def test_rolling_restart_processes_every_record_exactly_once(
-    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, assignor: str
 ) -> None:
     partitions, per_partition = 6, 500
     total = partitions * per_partition
     topic = make_topic(partitions)
     await produce(kafka_broker.bootstrap, topic, per_partition, partitions)
-    cfg = config(kafka_broker.bootstrap, unique_group, topic)
+    cfg = config(kafka_broker.bootstrap, unique_group, topic, assignors=(assignor,))
     processed: collections.Counter[tuple[int, int]] = collections.Counter()
     workers = [await Worker(cfg, processed).start() for _ in range(3)]
     try:
@@ -311,6 +315,60 @@ async def test_rolling_restart_processes_every_record_exactly_once(
     assert set(processed) == {(p, o) for p in range(partitions) for o in range(per_partition)}
 
 
+@pytest.mark.kafka
+@ASSIGNORS
+async def test_cooperative_consumer_keeps_delivering_through_a_rebalance(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, assignor: str
+) -> None:
+    """A rebalance is held open for seconds (a third member stops polling, so it rejoins
+    late). Under cooperative-sticky the consumer goes on delivering the partitions it
+    keeps meanwhile, without waiting for the rebalance (each getmany returns buffered
+    records at once though its timeout is 2 s); under range it delivers nothing until the
+    rebalance completes."""
+    partitions = 6
+    topic = make_topic(partitions)
+    await produce(kafka_broker.bootstrap, topic, 2_000, partitions)
+    cfg = config(kafka_broker.bootstrap, unique_group, topic, assignors=(assignor,))
+    consumer = GroupConsumer(cfg, auto_offset_reset="earliest")
+    during: list[int] = []  # records handed out while a rebalance was pending
+    stop = asyncio.Event()
+
+    async def consume() -> None:
+        while not stop.is_set():
+            batch = await consumer.getmany(timeout=2.0, max_records=5)
+            if consumer.member.rebalance_pending and batch:
+                during.append(sum(len(r) for r in batch.values()))
+            await asyncio.sleep(0.01)
+
+    async with MemberGroup(check_ownership=False) as group, consumer:
+        slow = await group.start(cfg, name="slow")
+        task = asyncio.create_task(consume())
+        try:
+            await until(
+                lambda: slow.stable and len(consumer.assignment) == 3,
+                timeout=60,
+                what="two members",
+            )
+            await slow.pause()  # heartbeats go on; its JoinGroup waits for its poll()
+            newcomer = await group.start(cfg, name="newcomer")
+            await until(lambda: consumer.member.rebalance_pending, timeout=30, what="rebalance")
+            await asyncio.sleep(3)  # the rebalance stays open while "slow" does not poll
+            slow.resume()
+            await until(
+                lambda: newcomer.stable and slow.stable and len(consumer.assignment) == 2,
+                timeout=60,
+                what="three members",
+            )
+        finally:
+            stop.set()
+            await task
+    if assignor == "cooperative-sticky":
+        # ~3 s open at one batch per ~10 ms; a getmany that waited in poll() would manage 2.
+        assert len(during) >= 20, during
+    else:
+        assert sum(during) == 0, during
+
+
 # -- 3. SIGKILL: at least once, duplicates only after the crashed member's last commit ---------
 
 
@@ -333,12 +391,14 @@ class Log:
         return sum(1 for f in self.lines() if f[0] == "P" and f[1] == name)
 
 
-def spawn(bootstrap: str, group: str, topic: str, log: Log, name: str) -> subprocess.Popen[bytes]:
+def spawn(
+    bootstrap: str, group: str, topic: str, log: Log, name: str, assignor: str
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(Path.cwd()), env.get("PYTHONPATH", "")])
     with open(log.path.with_name(f"{name}.out"), "wb") as err:  # kgroup's log, for triage
         return subprocess.Popen(
-            [sys.executable, str(PROC), bootstrap, group, topic, str(log.path), name],
+            [sys.executable, str(PROC), bootstrap, group, topic, str(log.path), name, assignor],
             env=env,
             stdout=err,
             stderr=subprocess.STDOUT,
@@ -346,8 +406,13 @@ def spawn(bootstrap: str, group: str, topic: str, log: Log, name: str) -> subpro
 
 
 @pytest.mark.kafka
+@ASSIGNORS
 async def test_sigkill_crashes_lose_nothing_and_duplicate_only_uncommitted_records(
-    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, tmp_path: Path
+    kafka_broker: KafkaBroker,
+    make_topic: Callable[..., str],
+    unique_group: str,
+    tmp_path: Path,
+    assignor: str,
 ) -> None:
     partitions, per_partition = 6, 250
     total = partitions * per_partition
@@ -358,7 +423,7 @@ async def test_sigkill_crashes_lose_nothing_and_duplicate_only_uncommitted_recor
     crashed: list[str] = []
 
     def start(name: str) -> None:
-        procs[name] = spawn(kafka_broker.bootstrap, unique_group, topic, log, name)
+        procs[name] = spawn(kafka_broker.bootstrap, unique_group, topic, log, name, assignor)
 
     try:
         for name in ("m0", "m1", "m2"):
