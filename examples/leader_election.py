@@ -54,13 +54,14 @@ async def main() -> None:
     parser.add_argument("--bootstrap", default="localhost:9092")
     parser.add_argument("--group", default="kgroup-leader-example")
     parser.add_argument("--name", required=True, help="what the others see of this process")
+    parser.add_argument("--session-ms", type=int, default=10_000, help="session timeout")
     args = parser.parse_args()
     election = LeaderElection(info=args.name.encode())
     config = GroupConfig(
         bootstrap_servers=args.bootstrap,
         group_id=args.group,
-        session_timeout_ms=10_000,
-        heartbeat_interval_ms=1_000,
+        session_timeout_ms=args.session_ms,
+        heartbeat_interval_ms=min(1_000, args.session_ms // 3),
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -47,14 +47,15 @@ async def main() -> None:
     parser.add_argument("--bootstrap", default="localhost:9092")
     parser.add_argument("--group", default="kgroup-sharding-example")
     parser.add_argument("--jobs", type=int, default=12)
+    parser.add_argument("--session-ms", type=int, default=10_000, help="session timeout")
     args = parser.parse_args()
     names = [f"job-{i:03d}" for i in range(args.jobs)]
     sharding = WorkSharding(names)
     config = GroupConfig(
         bootstrap_servers=args.bootstrap,
         group_id=args.group,
-        session_timeout_ms=10_000,
-        heartbeat_interval_ms=1_000,
+        session_timeout_ms=args.session_ms,
+        heartbeat_interval_ms=min(1_000, args.session_ms // 3),
     )
     stop, grow = asyncio.Event(), asyncio.Event()
     loop = asyncio.get_running_loop()

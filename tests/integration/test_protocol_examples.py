@@ -81,7 +81,7 @@ def last(prefix: str) -> Callable[[list[str]], bool]:
 
 async def test_leader_election_example(broker: Broker, examples: list[Example]) -> None:
     group = f"election-{uuid.uuid4().hex[:8]}"
-    common = ("--bootstrap", broker.bootstrap, "--group", group)
+    common = ("--bootstrap", broker.bootstrap, "--group", group, "--session-ms", "4000")
     a = await Example("leader_election.py", *common, "--name", "node-a").start()
     examples.append(a)
     await a.wait_for(last("leader node-a"))
@@ -97,7 +97,16 @@ async def test_leader_election_example(broker: Broker, examples: list[Example]) 
 
 async def test_work_sharding_example(broker: Broker, examples: list[Example]) -> None:
     group = f"sharding-{uuid.uuid4().hex[:8]}"
-    common = ("--bootstrap", broker.bootstrap, "--group", group, "--jobs", "6")
+    common = (
+        "--bootstrap",
+        broker.bootstrap,
+        "--group",
+        group,
+        "--jobs",
+        "6",
+        "--session-ms",
+        "4000",
+    )
     a = await Example("work_sharding.py", *common).start()
     examples.append(a)
     await a.wait_for(last("holding 6:"))
