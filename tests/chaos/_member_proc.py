@@ -160,7 +160,7 @@ async def run(a: argparse.Namespace) -> None:
         bootstrap_servers=a.bootstrap,
         group_id=a.group,
         topics=[a.topic],
-        assignors=(a.assignor,),
+        assignors=tuple(a.assignor.split(",")),
         group_instance_id=a.instance_id or None,
         session_timeout_ms=a.session_ms,
         heartbeat_interval_ms=a.heartbeat_ms,
@@ -309,7 +309,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--topic", required=True)
     p.add_argument("--name", default="chaos-member")
     p.add_argument("--instance-id", default="")
-    p.add_argument("--assignor", default="range")
+    p.add_argument("--assignor", default="range", help="name, or names separated by commas")
     p.add_argument("--session-ms", type=int, default=6000)
     p.add_argument("--heartbeat-ms", type=int, default=500)
     p.add_argument("--max-poll-ms", type=int, default=12_000)

@@ -53,7 +53,7 @@ from kgroup.testing import FaultProxy, KafkaBroker, MockCluster, OwnershipLog, T
 from kgroup.testing._invariants import Hold
 from kgroup.testing._ports import kill_with_parent_prefix, register_child, unregister_child
 
-from ._schedule import API_KEYS, MemberSpec, Schedule, Step
+from ._schedule import API_KEYS, MemberSpec, Schedule, Step, assignors_for
 
 __all__ = ["ChaosRunner", "RunResult", "Target", "stable_bound"]
 
@@ -362,7 +362,7 @@ class ChaosRunner:
             "--instance-id",
             spec.instance_id or "",
             "--assignor",
-            self.schedule.assignor,
+            assignors_for(self.schedule.assignor, spec.slot, n),
             "--session-ms",
             str(t.session_ms),
             "--heartbeat-ms",

@@ -62,7 +62,31 @@ __all__ = [
 
 BrokerKind = Literal["kafka", "tansu", "mock"]
 BROKERS: tuple[BrokerKind, ...] = ("kafka", "tansu", "mock")
-ASSIGNORS = ("range", "roundrobin")
+ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky", "upgrade-1", "upgrade-2")
+
+#: ``assignor="upgrade-1"`` / ``"upgrade-2"``: the group is in the middle of one of KIP-429's
+#: two rolling bounces from eager to cooperative while the faults run. A group never mixes
+#: the first list with the last (those members share no assignor): bounce 1 moves members
+#: from ``range`` to ``cooperative-sticky,range`` (all still EAGER), bounce 2 from there to
+#: ``cooperative-sticky`` alone (COOPERATIVE members beside EAGER ones). Slots start half on
+#: the old list, half on the new; every restarted process takes the new one.
+UPGRADE_BOUNCES = {
+    "upgrade-1": ("range", "cooperative-sticky,range"),
+    "upgrade-2": ("cooperative-sticky,range", "cooperative-sticky"),
+}
+
+
+def assignors_for(assignor: str, slot: str, incarnation: int) -> str:
+    """The ``--assignor`` of ``slot``'s ``incarnation``-th process (1 = the first): the
+    schedule's name (or names separated by commas), or for an upgrade the old list (odd
+    slots' first process) or the new one (see :data:`UPGRADE_BOUNCES`)."""
+    bounce = UPGRADE_BOUNCES.get(assignor)
+    if bounce is None:
+        return assignor
+    old, new = bounce
+    odd = int(slot.lstrip("m") or 0) % 2 == 1
+    return old if incarnation == 1 and odd else new
+
 
 MEMBER_FAULTS = ("crash", "pause", "leave", "rejoin")
 PROXY_FAULTS = ("black_hole", "latency", "cut")
@@ -389,9 +413,10 @@ def make_schedule(
     """A random chaos schedule, a pure function of its arguments (``random.Random(seed)``).
 
     ``members`` (3..8) slots, ``static`` membership (``group.instance.id`` = the slot name) or
-    dynamic, ``assignor`` ("range" / "roundrobin", or any name kgroup accepts, e.g. a
-    cooperative one later). Faults start ``gap`` seconds apart (uniform) inside
-    ``fault_window`` seconds; ``weights`` overrides :data:`WEIGHTS` for the broker.
+    dynamic, ``assignor`` (any name kgroup accepts, names separated by commas, or
+    ``"upgrade-1"`` / ``"upgrade-2"``: see :data:`UPGRADE_BOUNCES`). Faults start ``gap``
+    seconds apart (uniform) inside ``fault_window`` seconds; ``weights`` overrides
+    :data:`WEIGHTS` for the broker.
     """
     if broker not in BROKERS:
         raise ValueError(f"broker must be one of {BROKERS}, not {broker!r}")
@@ -626,6 +651,16 @@ DEFAULT_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = 
         lambda s: any(st.arg("hard") for st in s.steps) and _has("pause", "leave")(s),
     ),
     (
+        "kafka",
+        "cooperative-sticky, black hole, crash",
+        lambda s: s.assignor == "cooperative-sticky" and _has("black_hole", "crash")(s),
+    ),
+    (
+        "kafka",
+        "the second upgrade bounce (eager and cooperative members) under faults, restarts",
+        lambda s: s.assignor == "upgrade-2" and _has("crash", "rejoin")(s),
+    ),
+    (
         "mock",
         "coordinator move, broker down/up, injected errors",
         _has("coordinator_move", "broker_down", "inject_errors"),
@@ -639,10 +674,13 @@ def default_cases(
     max_members: int = 5,
     max_seed: int = 10_000,
 ) -> list[tuple[str, int]]:
-    """``(broker, seed)`` of the default run: for each requirement in turn, the smallest
-    seed whose schedule (:func:`schedule_for`) meets it (pure and deterministic)."""
+    """``(broker, seed)`` of the default run: for each requirement in turn that no case
+    chosen so far meets, the smallest seed whose schedule (:func:`schedule_for`) meets it
+    (pure and deterministic)."""
     cases: list[tuple[str, int]] = []
     for broker, what, predicate in requirements:
+        if any(b == broker and predicate(schedule_for(b, s)) for b, s in cases):
+            continue  # a schedule already chosen covers this one too
         for seed in range(1, max_seed):
             if (broker, seed) in cases:
                 continue
