@@ -102,6 +102,7 @@ class Member:
     events: list[dict[str, Any]] = field(default_factory=list)
     eof_t: float | None = None
     signalled: str | None = None
+    signalled_t: float | None = None  # when ``signalled`` was sent
 
     @property
     def exited(self) -> bool:
@@ -215,7 +216,7 @@ class Fleet:
     def terminate(self, member: Member) -> float:
         """SIGTERM the member process itself (a `java` wrapper forwards it to its JVM)."""
         member.signalled = "SIGTERM"
-        t = time.time()
+        t = member.signalled_t = time.time()
         with contextlib.suppress(ProcessLookupError):
             member.proc.send_signal(signal.SIGTERM)
         return t
@@ -223,7 +224,7 @@ class Fleet:
     def kill(self, member: Member) -> float:
         """SIGKILL the member's whole process group (wrapper and JVM alike)."""
         member.signalled = "SIGKILL"
-        t = time.time()
+        t = member.signalled_t = time.time()
         killpg(member.proc.pid, signal.SIGKILL)
         return t
 
@@ -570,7 +571,10 @@ def rolling_config(label: str) -> tuple[str, str]:
     return client, assignor
 
 
-def ownership(members: Iterable[Member]) -> dict[int, list[tuple[float, float]]]:
+Interval = tuple[float, float, str]  # start, end, why it ended ("leave" / "rebalance")
+
+
+def ownership(members: Iterable[Member]) -> dict[int, list[Interval]]:
     """Per partition, the intervals ``[start, end)`` during which some member processed it.
 
     A member owns a partition from the ``assigned`` line whose assignment holds it (the end
@@ -579,16 +583,19 @@ def ownership(members: Iterable[Member]) -> dict[int, list[tuple[float, float]]]
     assignment no longer holds it (clients or runs without ``revoking`` lines), the
     ``closed`` line, or the process's exit (a crash, or a close that revoked nothing). A
     partition kept through a rebalance (cooperative, or eager without a revoke) stays one
-    interval. Intervals of different members may overlap; :func:`unowned_seconds` takes
-    their union. Times are the members' ``time.time()`` stamps (one clock: one machine)."""
-    out: dict[int, list[tuple[float, float]]] = {}
+    interval. An interval that ends after the member was signalled ended because the member
+    left ("leave"), any other because a rebalance took it ("rebalance"). Intervals of
+    different members may overlap; :func:`unowned_seconds` takes their union. Times are
+    the members' ``time.time()`` stamps (one clock: one machine)."""
+    out: dict[int, list[Interval]] = {}
     for m in members:
         held: dict[int, float] = {}  # partition -> since when this member processes it
 
-        def close(p: int, t: float, held: dict[int, float] = held) -> None:
+        def close(p: int, t: float, m: Member = m, held: dict[int, float] = held) -> None:
             start = held.pop(p, None)
             if start is not None:
-                out.setdefault(p, []).append((start, t))
+                leaving = m.signalled_t is not None and t >= m.signalled_t
+                out.setdefault(p, []).append((start, t, "leave" if leaving else "rebalance"))
 
         for e in m.events:
             kind = e.get("event")
@@ -615,21 +622,29 @@ def ownership(members: Iterable[Member]) -> dict[int, list[tuple[float, float]]]
 
 
 def unowned_seconds(
-    intervals: dict[int, list[tuple[float, float]]], partitions: int, t0: float, t1: float
-) -> float:
-    """Partition-seconds within ``[t0, t1]`` during which nobody processed a partition:
-    per partition, the window's length minus the union of its owned intervals; summed."""
-    total = 0.0
+    intervals: dict[int, list[Interval]], partitions: int, t0: float, t1: float
+) -> dict[str, float]:
+    """Partition-seconds within ``[t0, t1]`` during which nobody processed a partition (per
+    partition, the window minus the union of its owned intervals; summed): ``total``, and
+    split by what opened each gap: ``leave`` (the owner was closing), ``rebalance`` (a
+    rebalance revoked it from a member that stayed), ``other`` (never owned before)."""
+    by = {"leave": 0.0, "rebalance": 0.0, "other": 0.0}
     for p in range(partitions):
-        owned = 0.0
-        cursor = t0
-        for start, end in sorted(intervals.get(p, ())):
-            start, end = max(start, cursor), min(end, t1)
-            if end > start:
-                owned += end - start
-                cursor = end
-        total += max(0.0, (t1 - t0) - owned)
-    return total
+        spans = sorted(intervals.get(p, ()))
+        before = [(end, why) for _, end, why in spans if end <= t0]
+        cursor, cause = t0, max(before)[1] if before else "other"
+        for start, end, why in spans:
+            if end <= t0:
+                continue
+            if start > cursor:
+                by[cause] += min(start, t1) - cursor
+            if end > cursor:
+                cursor, cause = end, why
+            if cursor >= t1:
+                break
+        if cursor < t1:
+            by[cause] += t1 - cursor
+    return {"total": sum(by.values()), **by}
 
 
 class BrokerLog:
@@ -817,10 +832,13 @@ class RollingBench(ChurnBench):
         bounds = [ph["start"] for ph in phases[1:]] + [t_end]
         offsets = [ph["offset"] for ph in phases[1:]] + [end_offset]
         for ph, until, off_end in zip(phases, bounds, offsets, strict=True):
-            ph["unavailable_ps"] = unowned_seconds(intervals, self.s.partitions, ph["start"], until)
+            gaps = unowned_seconds(intervals, self.s.partitions, ph["start"], until)
+            ph["unavailable_ps"] = gaps["total"]
+            ph["unavailable_by_cause_ps"] = gaps
             ph["wall_s"] = ph["covered"] - ph["start"]
             gens = self.broker_log.generations(group, ph["offset"], off_end)
             ph["rebalances"] = None if gens is None else len(gens)
+        whole = unowned_seconds(intervals, self.s.partitions, t0, t_end)
         all_gens = self.broker_log.generations(group, phases[0]["offset"], end_offset)
         client_gens = sorted(
             {
@@ -833,7 +851,10 @@ class RollingBench(ChurnBench):
         return {
             "configuration": label,
             "group": group,
-            "unavailable_ps": unowned_seconds(intervals, self.s.partitions, t0, t_end),
+            "unavailable_ps": whole["total"],
+            "leave_ps": whole["leave"],
+            "rebalance_ps": whole["rebalance"],
+            "other_ps": whole["other"],
             "rebalances": None if all_gens is None else len(all_gens),
             "generations": all_gens,
             "client_generations": client_gens or None,
@@ -845,7 +866,18 @@ class RollingBench(ChurnBench):
                 1 for m in everyone for e in m.events if e.get("event") == "mismatch"
             ),
             "phases": [{k: v for k, v in ph.items() if k != "offset"} for ph in phases],
-            "logs": sorted({str(m.log_path) for m in everyone}),
+            # Every member process's lines, so the measure can be checked (or recomputed).
+            "members": [
+                {
+                    "name": m.name,
+                    "log": str(m.log_path),
+                    "spawn_t": m.spawn_t,
+                    "eof_t": m.eof_t,
+                    "signalled": m.signalled,
+                    "events": m.events,
+                }
+                for m in everyone
+            ],
         }
 
 
@@ -976,6 +1008,8 @@ def summarize_rolling(samples: list[dict[str, Any]]) -> dict[str, Any]:
         "unavailable_ps": median(s.get("unavailable_ps") for s in ok),
         "scale_out_ps": median(s.get("scale_out_ps") for s in ok),
         "restarts_ps": median(s.get("restarts_ps") for s in ok),
+        "leave_ps": median(s.get("leave_ps") for s in ok),
+        "rebalance_ps": median(s.get("rebalance_ps") for s in ok),
         "rebalances": median(s.get("rebalances") for s in ok),
         "wall_s": median(s.get("wall_s") for s in ok),
         "elapsed_s": median(s.get("elapsed_s") for s in ok),
@@ -1008,8 +1042,8 @@ def rolling_table(results: dict[str, dict[str, Any]]) -> str:
                 fmt(s["unavailable_ps"]),
                 f"{fmt(s['min_ps'])}-{fmt(s['max_ps'])}" if s["ok_runs"] else "—",
                 ratio(s["unavailable_ps"], base),
-                fmt(s["scale_out_ps"]),
-                fmt(s["restarts_ps"]),
+                f"{fmt(s['scale_out_ps'])} / {fmt(s['restarts_ps'])}",
+                f"{fmt(s.get('leave_ps'))} / {fmt(s.get('rebalance_ps'))}",
                 fmt(s["rebalances"], 0),
                 fmt(s["wall_s"]),
                 fmt(s["elapsed_s"]),
@@ -1023,8 +1057,8 @@ def rolling_table(results: dict[str, dict[str, Any]]) -> str:
         "partition-s unavailable",
         "min-max",
         "ratio to kgroup range",
-        "scale-out",
-        "restarts",
+        "scale-out / restarts",
+        "leavers' / revoked",
         "rebalances",
         "wall s",
         "elapsed s",
@@ -1042,6 +1076,8 @@ def rolling_targets(results: dict[str, dict[str, Any]]) -> str:
         return float(value) if isinstance(value, (int, float)) else None
 
     coop = ps("kgroup-coop")
+    if "kgroup-coop" not in results:
+        return "targets: kgroup-coop was not in this run"
     if coop is None:
         reason = results.get("kgroup-coop", {}).get("unavailable", "no successful run")
         return f"targets: kgroup-coop not measured ({reason})"
