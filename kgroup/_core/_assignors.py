@@ -3,8 +3,10 @@
 The leader of a classic consumer group runs the assignor the broker selected (§7.4) over all
 members' Subscriptions and hands each member an Assignment. This module holds the assignor
 contract (:class:`Assignor`), the two built-in EAGER assignors of spec §7.3 of
-``group-protocol-spec.md`` (``range`` and ``roundrobin``), and the client-local choice between
-EAGER and COOPERATIVE rebalancing of §7.5. It is sans-I/O: pure functions of their inputs.
+``group-protocol-spec.md`` (``range`` and ``roundrobin``), the registry of built-in names
+(``sticky`` and ``cooperative-sticky`` live in :mod:`kgroup._core._sticky`), and the
+client-local choice between EAGER and COOPERATIVE rebalancing of §7.5. It is sans-I/O: pure
+functions of their inputs.
 
 Member order (both built-ins, §7.3): static members (``group_instance_id`` set) first,
 ordered by instance id, then dynamic members ordered by member id, so static ids keep their
@@ -12,8 +14,9 @@ assignment across restarts. Topics are processed in name order and every Assignm
 partitions sorted by (topic, partition), so the same input always gives the same output
 (a leader that produced a different answer each time would cause needless partition moves).
 
-Not covered here: rack-aware range (KIP-881), which needs replica racks the assign signature
-does not carry, and the sticky / cooperative-sticky assignors.
+Not covered here: rack-aware assignment (KIP-881), which needs replica racks the assign
+signature does not carry; the sticky / cooperative-sticky assignors are in
+:mod:`kgroup._core._sticky`.
 """
 
 from __future__ import annotations
@@ -210,9 +213,23 @@ class RoundRobinAssignor(BaseAssignor):
         return {mid: Assignment(partitions=tuple(tps)) for mid, tps in result.items()}
 
 
+def _sticky() -> Assignor:
+    from kgroup._core._sticky import StickyAssignor  # imported late: it builds on this module
+
+    return StickyAssignor()
+
+
+def _cooperative_sticky() -> Assignor:
+    from kgroup._core._sticky import CooperativeStickyAssignor
+
+    return CooperativeStickyAssignor()
+
+
 _BUILTIN_ASSIGNORS: dict[str, Callable[[], Assignor]] = {
     RangeAssignor.name: RangeAssignor,
     RoundRobinAssignor.name: RoundRobinAssignor,
+    "sticky": _sticky,
+    "cooperative-sticky": _cooperative_sticky,
 }
 
 

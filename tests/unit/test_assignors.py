@@ -186,8 +186,10 @@ def test_get_builtin_assignor() -> None:
 
 
 def test_get_builtin_assignor_unknown_name_lists_known_ones() -> None:
-    with pytest.raises(ConfigError, match=r"'sticky'.*range, roundrobin") as info:
-        get_builtin_assignor("sticky")
+    with pytest.raises(
+        ConfigError, match=r"'fancy'.*cooperative-sticky, range, roundrobin, sticky"
+    ) as info:
+        get_builtin_assignor("fancy")
     assert info.value.field == "assignors"
 
 
