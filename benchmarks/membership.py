@@ -2,6 +2,8 @@
 
     python benchmarks/membership.py [--broker tansu|kafka] [--members 3] [--repeat N]
                                     [--idle-members 1000] [--json results.json]
+                                    [--scenarios churn,idle,rolling]
+    python benchmarks/membership.py --broker kafka --scenarios rolling
 
 Every member runs in its own process (``benchmarks/_proc.py member``), which reports each
 assignment change with a ``time.time()`` stamp. Scenarios, per client and repetition:
@@ -19,6 +21,23 @@ assignment change with a ``time.time()`` stamp. Scenarios, per client and repeti
    group on a 1-partition topic, at Kafka's defaults (heartbeat 3000 ms, session 45000 ms).
    Once all are stable: process CPU over ``--idle-window`` seconds, event-loop lag p99 (a
    task sleeping 10 ms), and whether every member stayed stable.
+5. **rolling**: what cooperative rebalancing (KIP-429) buys, per configuration: a client
+   with range (``kgroup``, ``aiokafka``) or with cooperative-sticky (``kgroup-coop``,
+   ``confluent-coop``, ``kafka-python-coop``, ``java-coop``; ``--rolling-configs``).
+   ``--rolling-members`` (4) members on a fresh ``--rolling-partitions`` (12) topic, stable;
+   scale-out (one more member joins); then each of the 5 is restarted in turn (SIGTERM: its
+   client closes, revoke and LeaveGroup; once it has exited a new process with the same
+   name joins). Before each step the group must be covered and quiet for ``--settle`` s.
+   Measured from the scale-out to the last covered group: **partition-seconds
+   unavailable** (:func:`unowned_seconds`: per partition, the time nobody processed it,
+   from the start of its owner's revoke callback, or the owner's exit, to the end of the
+   assign callback that gives it to a member; a partition kept through a rebalance costs
+   nothing; summed over partitions), **rebalances** (generations the broker's log shows
+   the group stabilizing at; Apache Kafka only) and **wall** time (trigger to covered,
+   summed over the 6 steps). Repetitions outermost; the ratio is to ``kgroup`` (range). A
+   configuration that cannot run (kgroup without the cooperative-sticky assignor: its
+   ``ConfigError``; aiokafka has no cooperative mode; ``java`` on tansu) is reported
+   unavailable, with the reason.
 
 Everything started here (broker, member processes and their process groups) is stopped
 on the way out, also on Ctrl-C or SIGTERM; every wait has a deadline.
@@ -1257,9 +1276,11 @@ def print_tables(results: dict[str, Any]) -> None:
             f"{m['rolling_partitions']} partitions, scale-out to {m['rolling_members'] + 1}, "
             f"then each of the {m['rolling_members'] + 1} restarted in turn (SIGTERM, exit, a "
             f"new process joins); session {m['session_ms']} ms, heartbeat {m['heartbeat_ms']} "
-            f"ms; median of {m['rolling_repeat']} run(s); partition-s: summed over partitions "
-            "and the scenario (scale-out / restarts beside it); wall s: trigger → covered, "
-            "summed over the 6 steps; elapsed s: first trigger → last covered"
+            f"ms; median of {m['rolling_repeat']} run(s). partition-s unavailable: summed over "
+            "partitions and the scenario, split by step (scale-out / the 5 restarts) and by "
+            "cause (the leavers' partitions / revoked from members that stayed); rebalances: "
+            "generations in the broker's log; wall s: trigger → covered, summed over the 6 "
+            "steps; elapsed s: first trigger → last covered, settling included"
         )
         print(rolling_table(results["rolling"]))
         print(rolling_targets(results["rolling"]))
