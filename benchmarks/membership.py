@@ -669,12 +669,12 @@ def unowned_seconds(
 class BrokerLog:
     """Rebalances counted from the broker's own log: Apache Kafka's group coordinator
     writes ``Stabilized group G generation N with M members.`` each time a generation
-    completes its join phase. None where the broker has no such log (tansu)."""
+    completes its join phase. None on other brokers (tansu logs no such line)."""
 
     PATTERN = r"Stabilized group {group} generation (\d+)"
 
-    def __init__(self, broker: Any) -> None:
-        path = getattr(broker, "log_path", None)
+    def __init__(self, broker: Any, kind: str) -> None:
+        path = getattr(broker, "log_path", None) if kind == "kafka" else None
         self.path: Path | None = path if isinstance(path, Path) else None
 
     def offset(self) -> int | None:
@@ -710,7 +710,7 @@ class RollingBench(ChurnBench):
         log: Callable[[str], None],
     ) -> None:
         super().__init__(fleet, broker, settings, log)
-        self.broker_log = BrokerLog(broker)
+        self.broker_log = BrokerLog(broker, settings.broker)
         self.try_incompatible = False
 
     def unavailable(self, client: str, assignor: str) -> str | None:
