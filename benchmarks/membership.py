@@ -27,7 +27,8 @@ assignment change with a ``time.time()`` stamp. Scenarios, per client and repeti
    ``--rolling-members`` (4) members on a fresh ``--rolling-partitions`` (12) topic, stable;
    scale-out (one more member joins); then each of the 5 is restarted in turn (SIGTERM: its
    client closes, revoke and LeaveGroup; once it has exited a new process with the same
-   name joins). Before each step the group must be covered and quiet for ``--settle`` s.
+   name joins; ``--rolling-restart-gap covered``: only once the survivors cover every
+   partition). Before each step the group must be covered and quiet for ``--settle`` s.
    Measured from the scale-out to the last covered group: **partition-seconds
    unavailable** (:func:`unowned_seconds`: per partition, the time nobody processed it,
    from the start of its owner's revoke callback, or the owner's exit, to the end of the
@@ -712,6 +713,10 @@ class RollingBench(ChurnBench):
         super().__init__(fleet, broker, settings, log)
         self.broker_log = BrokerLog(broker, settings.broker)
         self.try_incompatible = False
+        # "exit": the new process starts once the old one has exited (its join may fall
+        # into the survivors' rebalance or after it, depending on start-up time);
+        # "covered": only once the survivors cover every partition and are quiet.
+        self.restart_gap = "exit"
 
     def unavailable(self, client: str, assignor: str) -> str | None:
         """Why this configuration cannot run here (None: it can)."""
@@ -818,6 +823,9 @@ class RollingBench(ChurnBench):
                         f"restart m{slot}: SIGTERM, then {why} waiting for it to exit; "
                         f"{self._describe(live)}"
                     )
+                if self.restart_gap == "covered":
+                    survivors = live[:slot] + live[slot + 1 :]
+                    self._await_stable(survivors, everyone, f"restart m{slot}: survivors")
                 live[slot] = spawn(slot, 1)
                 t_covered = self._await_stable(live, everyone, f"restart m{slot}")
                 revoking = [e for e in old.events_since(t_start, ("revoking",))]
@@ -909,11 +917,13 @@ def run_rolling(
     log: Callable[[str], None],
     *,
     try_incompatible: bool = False,
+    restart_gap: str = "exit",
 ) -> dict[str, dict[str, Any]]:
     """Every configuration once per repetition, repetitions outermost (a drift in the
     machine's load spreads over all configurations alike)."""
     bench = RollingBench(fleet, broker, settings, log)
     bench.try_incompatible = try_incompatible
+    bench.restart_gap = restart_gap
     out: dict[str, dict[str, Any]] = {}
     runnable = []
     for label in labels:
@@ -1217,6 +1227,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--rolling-repeat", type=int, default=None, help="repetitions of scenario 5 (--repeat)"
     )
+    p.add_argument(
+        "--rolling-restart-gap",
+        choices=("exit", "covered"),
+        default="exit",
+        help="start the new process once the old one exited (exit), or once the survivors\n"
+        "cover every partition and are quiet (covered: a leave and a join, always apart)",
+    )
     p.add_argument("--try-incompatible", action="store_true", help="run known-broken pairs too")
     p.add_argument("--log-level", default="info", help="members' log level (stderr → log files)")
     p.add_argument("--log-dir", type=Path, default=None, help="member logs (default: temp dir)")
@@ -1274,8 +1291,9 @@ def print_tables(results: dict[str, Any]) -> None:
         print(
             f"\nRolling restart on {m['broker']}: {m['rolling_members']} members on "
             f"{m['rolling_partitions']} partitions, scale-out to {m['rolling_members'] + 1}, "
-            f"then each of the {m['rolling_members'] + 1} restarted in turn (SIGTERM, exit, a "
-            f"new process joins); session {m['session_ms']} ms, heartbeat {m['heartbeat_ms']} "
+            f"then each of the {m['rolling_members'] + 1} restarted in turn (SIGTERM, exit, "
+            + ("the survivors cover, " if m.get("rolling_restart_gap") == "covered" else "")
+            + f"a new process joins); session {m['session_ms']} ms, heartbeat {m['heartbeat_ms']} "
             f"ms; median of {m['rolling_repeat']} run(s). partition-s unavailable: summed over "
             "partitions and the scenario, split by step (scale-out / the 5 restarts) and by "
             "cause (the leavers' partitions / revoked from members that stayed); rebalances: "
@@ -1326,6 +1344,7 @@ def main(argv: list[str] | None = None) -> int:
             "rolling_members": args.rolling_members,
             "rolling_partitions": args.rolling_partitions,
             "rolling_repeat": args.rolling_repeat,
+            "rolling_restart_gap": args.rolling_restart_gap,
             "idle_peer_pause": args.idle_peer_pause,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "log_dir": str(log_dir),
@@ -1423,6 +1442,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.rolling_repeat,
                 log,
                 try_incompatible=args.try_incompatible,
+                restart_gap=args.rolling_restart_gap,
             )
     except KeyboardInterrupt:
         interrupted = True
