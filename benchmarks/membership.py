@@ -915,16 +915,17 @@ def run_rolling(
     labels: Sequence[str],
     repeat: int,
     log: Callable[[str], None],
+    out: dict[str, dict[str, Any]],
     *,
     try_incompatible: bool = False,
     restart_gap: str = "exit",
-) -> dict[str, dict[str, Any]]:
+) -> None:
     """Every configuration once per repetition, repetitions outermost (a drift in the
-    machine's load spreads over all configurations alike)."""
+    machine's load spreads over all configurations alike). Fills ``out`` as it goes (a
+    Ctrl-C keeps what was measured), by configuration; summaries at the end."""
     bench = RollingBench(fleet, broker, settings, log)
     bench.try_incompatible = try_incompatible
     bench.restart_gap = restart_gap
-    out: dict[str, dict[str, Any]] = {}
     runnable = []
     for label in labels:
         client, assignor = rolling_config(label)
@@ -935,6 +936,21 @@ def run_rolling(
         else:
             out[label] = {"client": client, "assignor": assignor, "samples": []}
             runnable.append(label)
+    try:
+        _rolling_rounds(bench, runnable, repeat, out, log)
+    finally:
+        for entry in out.values():
+            if "samples" in entry:
+                entry["summary"] = summarize_rolling(entry["samples"])
+
+
+def _rolling_rounds(
+    bench: RollingBench,
+    runnable: Sequence[str],
+    repeat: int,
+    out: dict[str, dict[str, Any]],
+    log: Callable[[str], None],
+) -> None:
     for rep in range(repeat):
         for label in runnable:
             samples = out[label]["samples"]
@@ -953,10 +969,6 @@ def run_rolling(
                 f"unavailable, {fmt(sample['rebalances'])} rebalances, "
                 f"wall {fmt(sample['wall_s'])} s"
             )
-    for entry in out.values():
-        if "samples" in entry:
-            entry["summary"] = summarize_rolling(entry["samples"])
-    return out
 
 
 # --- output ----------------------------------------------------------------------------------
@@ -1430,7 +1442,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"rolling restart: {len(args.rolling_labels)} configuration(s) "
                 f"x{args.rolling_repeat} ..."
             )
-            results["rolling"] = run_rolling(
+            run_rolling(
                 fleet,
                 broker,
                 replace(
@@ -1441,6 +1453,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.rolling_labels,
                 args.rolling_repeat,
                 log,
+                results["rolling"],
                 try_incompatible=args.try_incompatible,
                 restart_gap=args.rolling_restart_gap,
             )
