@@ -828,7 +828,7 @@ class RollingBench(ChurnBench):
                     self._await_stable(survivors, everyone, f"restart m{slot}: survivors")
                 live[slot] = spawn(slot, 1)
                 t_covered = self._await_stable(live, everyone, f"restart m{slot}")
-                revoking = [e for e in old.events_since(t_start, ("revoking",))]
+                revoking = old.events_since(t_start, ("revoking",))
                 phases.append(
                     {
                         "phase": f"restart m{slot}",
