@@ -796,29 +796,55 @@ class StopFlag:
 class Tracker:
     """A member's current assignment (partition numbers), updated by rebalance callbacks;
     with ``report`` every change is also an ``assigned`` / ``revoked`` / ``lost`` line with
-    the whole assignment after it (``partitions``) and the callback's partitions (``delta``)."""
+    the whole assignment after it (``partitions``) and the callback's partitions (``delta``).
+
+    A revoke or lost callback calls :meth:`revoking` first thing, before any work of its own
+    (an incremental unassign, a commit): a ``revoking`` line (``delta``: the partitions
+    being taken away, ``partitions``: the whole assignment, still held, ``callback``:
+    ``revoked`` or ``lost``) marks the moment the member stops processing them. The
+    ``assigned`` line is written last thing in the assign callback, once the client holds
+    the partitions. ``info`` fields (e.g. the Java client's ``generation``) go on the line."""
 
     def __init__(self, *, report: bool = True) -> None:
         self.owned: frozenset[int] = frozenset()
         self.changes = 0
         self.report = report
 
-    def _changed(self, event: str, delta: frozenset[int]) -> None:
+    def _changed(self, event: str, delta: frozenset[int], info: dict[str, Any]) -> None:
         self.changes += 1
         if self.report:
-            emit(event, partitions=sorted(self.owned), delta=sorted(delta))
+            emit(event, partitions=sorted(self.owned), delta=sorted(delta), **info)
 
-    def assigned(self, parts: Iterable[int], *, full: bool) -> None:
-        """``full``: the callback gives the whole new assignment (eager clients), else the
-        partitions added to it (kgroup's contract)."""
-        delta = frozenset(parts)
-        self.owned = delta if full else self.owned | delta
-        self._changed("assigned", delta)
+    def revoking(self, parts: Iterable[int], callback: str = "revoked", **info: Any) -> None:
+        """The start of a revoke / lost callback (the assignment does not change yet)."""
+        if self.report:
+            emit(
+                "revoking",
+                partitions=sorted(self.owned),
+                delta=sorted(frozenset(parts)),
+                callback=callback,
+                **info,
+            )
 
-    def revoked(self, parts: Iterable[int], event: str = "revoked") -> None:
+    def assigned(
+        self,
+        parts: Iterable[int],
+        *,
+        full: bool,
+        delta: Iterable[int] | None = None,
+        **info: Any,
+    ) -> None:
+        """``full``: ``parts`` is the whole new assignment (eager clients' callbacks, the
+        Java client's ``assignment()``), else the partitions added to it (kgroup's contract,
+        cooperative callbacks). ``delta``: the callback's partitions when they differ."""
+        given = frozenset(parts)
+        self.owned = given if full else self.owned | given
+        self._changed("assigned", given if delta is None else frozenset(delta), info)
+
+    def revoked(self, parts: Iterable[int], event: str = "revoked", **info: Any) -> None:
         delta = frozenset(parts)
         self.owned = self.owned - delta
-        self._changed(event, delta)
+        self._changed(event, delta, info)
 
 
 def stats_dict(stats: Any) -> dict[str, Any]:
@@ -843,9 +869,23 @@ def child_main(run: Callable[[], Any], level: str) -> int:
 # --- child side: the clients, built alike (peer selection) --------------------------------------
 
 
+ASSIGNORS = ("range", "cooperative-sticky")
+
+
+def assignor_of(a: Any) -> str:
+    """The assignor a child was asked for (``--assignor``; range where there is no flag)."""
+    return str(getattr(a, "assignor", None) or "range")
+
+
+def cooperative(a: Any) -> bool:
+    """Whether the child runs KIP-429 incremental cooperative rebalancing."""
+    return assignor_of(a) == "cooperative-sticky"
+
+
 def kgroup_config(a: Any, *, group: str | None = None, client_id: str | None = None) -> Any:
-    """kgroup's ``GroupConfig``: range assignor, ``a``'s timings; ``a.isolate_heartbeat``
-    when the namespace has it."""
+    """kgroup's ``GroupConfig``: ``a``'s assignor (range by default) and timings;
+    ``a.isolate_heartbeat`` when the namespace has it. Raises kgroup's ``ConfigError`` for
+    an assignor this kgroup does not have."""
     from kgroup import GroupConfig
 
     extra: dict[str, Any] = {}
@@ -855,7 +895,7 @@ def kgroup_config(a: Any, *, group: str | None = None, client_id: str | None = N
         bootstrap_servers=a.bootstrap,
         group_id=group or a.group,
         topics=[a.topic],
-        assignors=("range",),
+        assignors=(assignor_of(a),),
         session_timeout_ms=a.session_ms,
         heartbeat_interval_ms=a.heartbeat_ms,
         max_poll_interval_ms=a.max_poll_ms,
@@ -873,17 +913,22 @@ def group_consumer_class() -> Any:
 
 
 def kgroup_listener(tracker: Tracker) -> Any:
-    """A kgroup ``RebalanceListener``: callbacks give the partitions added / taken away."""
+    """A kgroup ``RebalanceListener``: callbacks give the partitions added / taken away
+    (eager and cooperative alike)."""
 
     class Listener:
         def on_partitions_assigned(self, parts: frozenset[Any]) -> None:
             tracker.assigned((tp.partition for tp in parts), full=False)
 
         def on_partitions_revoked(self, parts: frozenset[Any]) -> None:
-            tracker.revoked(tp.partition for tp in parts)
+            numbers = [tp.partition for tp in parts]
+            tracker.revoking(numbers)
+            tracker.revoked(numbers)
 
         def on_partitions_lost(self, parts: frozenset[Any]) -> None:
-            tracker.revoked((tp.partition for tp in parts), "lost")
+            numbers = [tp.partition for tp in parts]
+            tracker.revoking(numbers, "lost")
+            tracker.revoked(numbers, "lost")
 
     return Listener()
 
@@ -895,9 +940,13 @@ def aiokafka_consumer(
     client_id: str | None = None,
     offset_reset: str = "earliest",
 ) -> Any:
-    """``AIOKafkaConsumer`` with a group: range assignor, ``a``'s timings, no auto-commit."""
+    """``AIOKafkaConsumer`` with a group: range assignor, ``a``'s timings, no auto-commit.
+    aiokafka has no cooperative rebalancing: asking for it raises ``ValueError``."""
     from aiokafka import AIOKafkaConsumer
     from aiokafka.coordinator.assignors.range import RangePartitionAssignor
+
+    if assignor_of(a) != "range":
+        raise ValueError(f"aiokafka has no {assignor_of(a)} assignor (it rebalances eagerly only)")
 
     return AIOKafkaConsumer(
         bootstrap_servers=a.bootstrap,
@@ -918,7 +967,9 @@ def aiokafka_listener(tracker: Tracker, on_assigned: Callable[[Any], None] | Non
 
     class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         def on_partitions_revoked(self, revoked: Any) -> None:
-            tracker.revoked(tp.partition for tp in revoked)
+            numbers = [tp.partition for tp in revoked]
+            tracker.revoking(numbers)
+            tracker.revoked(numbers)
 
         def on_partitions_assigned(self, assigned: Any) -> None:
             if on_assigned is not None:
@@ -935,14 +986,14 @@ def confluent_config(
     client_id: str | None = None,
     offset_reset: str = "earliest",
 ) -> dict[str, Any]:
-    """librdkafka settings: classic protocol, range assignor, ``a``'s timings, no
-    auto-commit."""
+    """librdkafka settings: classic protocol, ``a``'s assignor (range by default) and
+    timings, no auto-commit."""
     return {
         "bootstrap.servers": a.bootstrap,
         "group.id": group or a.group,
         "client.id": client_id or a.name,
         "group.protocol": "classic",
-        "partition.assignment.strategy": "range",
+        "partition.assignment.strategy": assignor_of(a),
         "session.timeout.ms": a.session_ms,
         "heartbeat.interval.ms": a.heartbeat_ms,
         "max.poll.interval.ms": a.max_poll_ms,
@@ -951,32 +1002,73 @@ def confluent_config(
     }
 
 
-def confluent_callbacks(tracker: Tracker, *, aio: bool, pause: bool = False) -> dict[str, Any]:
+def confluent_callbacks(
+    tracker: Tracker, *, aio: bool, pause: bool = False, cooperative: bool = False
+) -> dict[str, Any]:
     """``on_assign`` / ``on_revoke`` / ``on_lost`` for ``subscribe()`` of ``Consumer``
-    (``aio=False``) or ``aio.AIOConsumer`` (coroutines); ``pause`` pauses what is assigned."""
+    (``aio=False``) or ``aio.AIOConsumer`` (coroutines); ``pause`` pauses what is assigned.
+
+    Eager (range): librdkafka's callbacks give the whole assignment / everything revoked,
+    and confluent-kafka calls ``assign()`` / ``unassign()`` itself when the callback did
+    not. ``cooperative`` (``partition.assignment.strategy=cooperative-sticky``): they give
+    the partitions added / taken away, and the callbacks call ``incremental_assign()`` /
+    ``incremental_unassign()`` themselves; a ``mismatch`` line is written if the client's
+    ``assignment()`` then disagrees with the tracker."""
+
+    def numbers(parts: list[Any]) -> list[int]:
+        return [tp.partition for tp in parts]
+
+    def check(held: list[Any]) -> None:
+        if frozenset(numbers(held)) != tracker.owned:
+            emit("mismatch", client=sorted(numbers(held)), callbacks=sorted(tracker.owned))
+
     if aio:
 
         async def on_assign(c: Any, parts: list[Any]) -> None:
+            if cooperative:
+                await c.incremental_assign(parts)
+                if pause:
+                    await c.pause(parts)
+                tracker.assigned(numbers(parts), full=False)
+                check(await c.assignment())
+                return
             if pause:
                 await c.assign(parts)
                 await c.pause(parts)
-            tracker.assigned((tp.partition for tp in parts), full=True)
+            tracker.assigned(numbers(parts), full=True)
 
         async def on_revoke(c: Any, parts: list[Any]) -> None:
-            tracker.revoked(tp.partition for tp in parts)
+            tracker.revoking(numbers(parts))
+            if cooperative:
+                await c.incremental_unassign(parts)
+            tracker.revoked(numbers(parts))
 
         async def on_lost(c: Any, parts: list[Any]) -> None:
-            tracker.revoked((tp.partition for tp in parts), "lost")
+            tracker.revoking(numbers(parts), "lost")
+            if cooperative:
+                await c.incremental_unassign(parts)
+            tracker.revoked(numbers(parts), "lost")
 
         return {"on_assign": on_assign, "on_revoke": on_revoke, "on_lost": on_lost}
 
     def on_assign_sync(c: Any, parts: list[Any]) -> None:
-        tracker.assigned((tp.partition for tp in parts), full=True)
+        if cooperative:
+            c.incremental_assign(parts)
+            tracker.assigned(numbers(parts), full=False)
+            check(c.assignment())
+            return
+        tracker.assigned(numbers(parts), full=True)
 
     def on_revoke_sync(c: Any, parts: list[Any]) -> None:
-        tracker.revoked(tp.partition for tp in parts)
+        tracker.revoking(numbers(parts))
+        if cooperative:
+            c.incremental_unassign(parts)
+        tracker.revoked(numbers(parts))
 
     def on_lost_sync(c: Any, parts: list[Any]) -> None:
-        tracker.revoked((tp.partition for tp in parts), "lost")
+        tracker.revoking(numbers(parts), "lost")
+        if cooperative:
+            c.incremental_unassign(parts)
+        tracker.revoked(numbers(parts), "lost")
 
     return {"on_assign": on_assign_sync, "on_revoke": on_revoke_sync, "on_lost": on_lost_sync}

@@ -10,15 +10,21 @@ Every line on stdout is one JSON object with ``t`` (``time.time()`` when it happ
 ``event``; logs (kgroup's structlog, librdkafka, the Java client) go to stderr. An uncaught
 failure is an ``error`` line (``message``). The arguments every subcommand takes (client,
 bootstrap, group, topic, client id, session / heartbeat / max-poll, log level) and the way
-each client is built (classic protocol, range assignor, no auto-commit, the same timings)
-live in ``_bench.py``.
+each client is built (classic protocol, range assignor unless told, no auto-commit, the same
+timings) live in ``_bench.py``.
 
 **member** (``membership.py``, ``heartbeat.py``'s watcher, ``reaction.py``): one member.
 ``--kgroup-api consumer`` makes the kgroup one a ``GroupConsumer`` (``getmany`` loop).
-``ready`` (imports done, the client is about to be created), then ``assigned`` /
-``revoked`` / ``lost`` from the rebalance callbacks (``partitions``: the whole assignment
-after the change, ``delta``: the callback's partitions), ``closing`` on SIGTERM / SIGINT
-(the client is closed: revoke, LeaveGroup), ``closed``. SIGKILL simply kills it. Clients:
+``--assignor range|cooperative-sticky`` (range by default; aiokafka has only range and
+fails with an ``error`` line otherwise). ``ready`` (imports done, the client is about to be
+created), then from the rebalance callbacks: ``revoking`` first thing in a revoke or lost
+callback (``delta``: the partitions being taken away, ``partitions``: still all held,
+``callback``: ``revoked`` / ``lost``), then ``revoked`` / ``lost`` at its end, and
+``assigned`` at the end of an assign callback (``partitions``: the whole assignment after
+the change, ``delta``: the callback's partitions; cooperative callbacks give only what is
+added / taken away). ``mismatch`` when a client's own view of its assignment disagrees with
+the callbacks. ``closing`` on SIGTERM / SIGINT (the client is closed: revoke, LeaveGroup),
+``closed``. SIGKILL simply kills it. Clients:
 ``kgroup`` (``GroupMember``), ``aiokafka``, ``confluent`` (``Consumer``), ``confluent-aio``
 (``aio.AIOConsumer``), ``kafka-python``, ``java`` (Kafka's KafkaConsumer, the
 ``kgroup/testing/java/JavaMember.java`` program as a child, its events re-stamped here).
@@ -143,7 +149,8 @@ def member_confluent(a: argparse.Namespace) -> None:
     tracker = b.Tracker()
     b.emit("ready")
     consumer = Consumer(b.confluent_config(a))
-    consumer.subscribe([a.topic], **b.confluent_callbacks(tracker, aio=False))
+    callbacks = b.confluent_callbacks(tracker, aio=False, cooperative=b.cooperative(a))
+    consumer.subscribe([a.topic], **callbacks)
     try:
         while not flag.stop:
             consumer.poll(0.1)
@@ -161,7 +168,8 @@ async def member_confluent_aio(a: argparse.Namespace) -> None:
     b.emit("ready")
     consumer = AIOConsumer(b.confluent_config(a))
     try:
-        await consumer.subscribe([a.topic], **b.confluent_callbacks(tracker, aio=True))
+        callbacks = b.confluent_callbacks(tracker, aio=True, cooperative=b.cooperative(a))
+        await consumer.subscribe([a.topic], **callbacks)
         while True:
             await consumer.poll(0.1)
     except asyncio.CancelledError:
@@ -173,30 +181,50 @@ async def member_confluent_aio(a: argparse.Namespace) -> None:
 
 def member_kafka_python(a: argparse.Namespace) -> None:
     from kafka import ConsumerRebalanceListener, KafkaConsumer
+    from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
     from kafka.coordinator.assignors.range import RangePartitionAssignor
 
     flag = b.StopFlag()
     tracker = b.Tracker()
+    coop = b.cooperative(a)
+    holder: dict[str, Any] = {}
 
     class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+        # Eager: the whole assignment each time. Cooperative (KIP-429): the partitions
+        # revoked / added; on_partitions_assigned is not called when nothing was added.
         def on_partitions_revoked(self, revoked: Any) -> None:
-            tracker.revoked(tp.partition for tp in revoked)
+            numbers = [tp.partition for tp in revoked]
+            tracker.revoking(numbers)
+            tracker.revoked(numbers)
+
+        def on_partitions_lost(self, lost: Any) -> None:
+            numbers = [tp.partition for tp in lost]
+            tracker.revoking(numbers, "lost")
+            tracker.revoked(numbers, "lost")
 
         def on_partitions_assigned(self, assigned: Any) -> None:
-            tracker.assigned((tp.partition for tp in assigned), full=True)
+            tracker.assigned((tp.partition for tp in assigned), full=not coop)
+            consumer = holder.get("consumer")
+            if coop and consumer is not None:
+                held = frozenset(tp.partition for tp in consumer.assignment())
+                if held != tracker.owned:
+                    b.emit("mismatch", client=sorted(held), callbacks=sorted(tracker.owned))
 
     b.emit("ready")
     consumer = KafkaConsumer(
         bootstrap_servers=a.bootstrap,
         group_id=a.group,
         client_id=a.name,
-        partition_assignment_strategy=[RangePartitionAssignor],
+        partition_assignment_strategy=[
+            CooperativeStickyAssignor if coop else RangePartitionAssignor
+        ],
         session_timeout_ms=a.session_ms,
         heartbeat_interval_ms=a.heartbeat_ms,
         max_poll_interval_ms=a.max_poll_ms,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
     )
+    holder["consumer"] = consumer
     consumer.subscribe([a.topic], listener=Listener())
     try:
         while not flag.stop:
@@ -215,7 +243,7 @@ def member_java(a: argparse.Namespace) -> int:
     argv = java_member_command(
         [
             "--bootstrap", a.bootstrap, "--group", a.group, "--topic", a.topic,
-            "--protocol", "classic", "--assignor", "range",
+            "--protocol", "classic", "--assignor", b.assignor_of(a),
             "--session-timeout-ms", str(a.session_ms),
             "--heartbeat-interval-ms", str(a.heartbeat_ms),
             "--max-poll-interval-ms", str(a.max_poll_ms),
@@ -244,12 +272,21 @@ def member_java(a: argparse.Namespace) -> int:
             continue
         kind = event.get("event")
         parts = [int(p) for _, p in event.get("partitions", ())]
+        info = {"generation": event["generation"]} if "generation" in event else {}
         if kind == "assigned":
-            # Inside onPartitionsAssigned, consumer.assignment() is the whole new assignment.
-            whole = [int(p) for _, p in event.get("assignment", ())] or parts
-            tracker.assigned(whole, full=True)
+            # Inside onPartitionsAssigned, consumer.assignment() is the whole new assignment;
+            # the callback's partitions are all of it (eager) or the ones added (cooperative,
+            # which calls it on every rebalance, with nothing added too).
+            whole = frozenset(int(p) for _, p in event.get("assignment", ()))
+            expected = tracker.owned | frozenset(parts) if b.cooperative(a) else frozenset(parts)
+            if whole != expected:
+                b.emit("mismatch", client=sorted(whole), callbacks=sorted(expected))
+            tracker.assigned(whole, full=True, delta=parts, **info)
         elif kind in ("revoked", "lost"):
-            tracker.revoked(parts, kind)
+            # The Java callback's one action is to print this line, first thing: its
+            # start. Stamped here on arrival, like every line of this client.
+            tracker.revoking(parts, kind, **info)
+            tracker.revoked(parts, kind, **info)
         elif kind == "error":
             b.emit("error", message=event.get("message"))
         elif kind == "closed":
@@ -783,6 +820,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=("member", "consumer"),
         default="member",
         help="kgroup: GroupMember (poll) or GroupConsumer (getmany)",
+    )
+    sub_member.add_argument(
+        "--assignor",
+        choices=b.ASSIGNORS,
+        default="range",
+        help="range (eager) or cooperative-sticky (KIP-429; not aiokafka)",
     )
 
     sub_relay = sub.add_parser("relay", help="the frame-aware relay (_bench.run_relay_child)")

@@ -78,6 +78,7 @@ def bench_args(bench: str, a: argparse.Namespace) -> list[str]:
             "--repeat", str(a.repeat), "--idle-clients", "kgroup",
             "--idle-members", str(a.idle_members), "--idle-peer-members", "0",
             "--idle-window", str(a.idle_window), "--log-level", "warning",
+            "--skip-rolling",
         ]  # fmt: skip
     if bench == "heartbeat":
         return [

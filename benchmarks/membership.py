@@ -2,6 +2,8 @@
 
     python benchmarks/membership.py [--broker tansu|kafka] [--members 3] [--repeat N]
                                     [--idle-members 1000] [--json results.json]
+                                    [--scenarios churn,idle,rolling]
+    python benchmarks/membership.py --broker kafka --scenarios rolling
 
 Every member runs in its own process (``benchmarks/_proc.py member``), which reports each
 assignment change with a ``time.time()`` stamp. Scenarios, per client and repetition:
@@ -19,6 +21,24 @@ assignment change with a ``time.time()`` stamp. Scenarios, per client and repeti
    group on a 1-partition topic, at Kafka's defaults (heartbeat 3000 ms, session 45000 ms).
    Once all are stable: process CPU over ``--idle-window`` seconds, event-loop lag p99 (a
    task sleeping 10 ms), and whether every member stayed stable.
+5. **rolling**: what cooperative rebalancing (KIP-429) buys, per configuration: a client
+   with range (``kgroup``, ``aiokafka``) or with cooperative-sticky (``kgroup-coop``,
+   ``confluent-coop``, ``kafka-python-coop``, ``java-coop``; ``--rolling-configs``).
+   ``--rolling-members`` (4) members on a fresh ``--rolling-partitions`` (12) topic, stable;
+   scale-out (one more member joins); then each of the 5 is restarted in turn (SIGTERM: its
+   client closes, revoke and LeaveGroup; once it has exited a new process with the same
+   name joins; ``--rolling-restart-gap covered``: only once the survivors cover every
+   partition). Before each step the group must be covered and quiet for ``--settle`` s.
+   Measured from the scale-out to the last covered group: **partition-seconds
+   unavailable** (:func:`unowned_seconds`: per partition, the time nobody processed it,
+   from the start of its owner's revoke callback, or the owner's exit, to the end of the
+   assign callback that gives it to a member; a partition kept through a rebalance costs
+   nothing; summed over partitions), **rebalances** (generations the broker's log shows
+   the group stabilizing at; Apache Kafka only) and **wall** time (trigger to covered,
+   summed over the 6 steps). Repetitions outermost; the ratio is to ``kgroup`` (range). A
+   configuration that cannot run (kgroup without the cooperative-sticky assignor: its
+   ``ConfigError``; aiokafka has no cooperative mode; ``java`` on tansu) is reported
+   unavailable, with the reason.
 
 Everything started here (broker, member processes and their process groups) is stopped
 on the way out, also on Ctrl-C or SIGTERM; every wait has a deadline.
@@ -29,9 +49,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import queue
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -40,7 +62,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +122,7 @@ class Member:
     events: list[dict[str, Any]] = field(default_factory=list)
     eof_t: float | None = None
     signalled: str | None = None
+    signalled_t: float | None = None  # when ``signalled`` was sent
 
     @property
     def exited(self) -> bool:
@@ -129,10 +152,12 @@ class Fleet:
         name: str,
         extra: Sequence[str],
         mode: str = "member",
+        log_name: str | None = None,
     ) -> Member:
-        """``_proc.py MODE`` (``member`` or ``idle``) of ``client`` in ``group``."""
+        """``_proc.py MODE`` (``member`` or ``idle``) of ``client`` in ``group``, logging
+        to ``LOG_DIR/{log_name or name}.log``."""
         key = next(self._keys)
-        log_path = self.log_dir / f"{name}.log"
+        log_path = self.log_dir / f"{log_name or name}.log"
         args = [
             mode, "--client", client, "--bootstrap", self.bootstrap,
             "--group", group, "--topic", topic, "--name", name, *extra,
@@ -211,7 +236,7 @@ class Fleet:
     def terminate(self, member: Member) -> float:
         """SIGTERM the member process itself (a `java` wrapper forwards it to its JVM)."""
         member.signalled = "SIGTERM"
-        t = time.time()
+        t = member.signalled_t = time.time()
         with contextlib.suppress(ProcessLookupError):
             member.proc.send_signal(signal.SIGTERM)
         return t
@@ -219,7 +244,7 @@ class Fleet:
     def kill(self, member: Member) -> float:
         """SIGKILL the member's whole process group (wrapper and JVM alike)."""
         member.signalled = "SIGKILL"
-        t = time.time()
+        t = member.signalled_t = time.time()
         killpg(member.proc.pid, signal.SIGKILL)
         return t
 
@@ -538,6 +563,414 @@ def run_idle(
         fleet.stop([member], grace=30.0)
 
 
+# --- rolling restart / scale-out ---------------------------------------------------------------
+
+# Scenario 5's configurations: a client with range, or with cooperative-sticky ("-coop").
+ROLLING_CONFIGS = (
+    "kgroup-coop",
+    "kgroup",
+    "aiokafka",
+    "confluent-coop",
+    "kafka-python-coop",
+    "java-coop",
+)
+ROLLING_BASE = "kgroup"  # the ratio's denominator: kgroup with range
+COOP_SUFFIX = "-coop"
+# The assignment kinds of a member's lines (``revoking`` marks a revoke callback's start).
+CHANGE_EVENTS = ("revoking", "revoked", "lost", "assigned")
+
+
+def rolling_config(label: str) -> tuple[str, str]:
+    """``kgroup-coop`` → (``kgroup``, ``cooperative-sticky``); ``aiokafka`` → (.., ``range``)."""
+    if label.endswith(COOP_SUFFIX):
+        client, assignor = label[: -len(COOP_SUFFIX)], "cooperative-sticky"
+    else:
+        client, assignor = label, "range"
+    if client not in CLIENTS:
+        raise ValueError(f"unknown client {client!r} in configuration {label!r}")
+    return client, assignor
+
+
+Interval = tuple[float, float, str]  # start, end, why it ended ("leave" / "rebalance")
+
+
+def ownership(members: Iterable[Member]) -> dict[int, list[Interval]]:
+    """Per partition, the intervals ``[start, end)`` during which some member processed it.
+
+    A member owns a partition from the ``assigned`` line whose assignment holds it (the end
+    of the assign callback) until the first of: the ``revoking`` line naming it (the start
+    of the revoke or lost callback), a ``revoked`` / ``lost`` / ``assigned`` line whose
+    assignment no longer holds it (clients or runs without ``revoking`` lines), the
+    ``closed`` line, or the process's exit (a crash, or a close that revoked nothing). A
+    partition kept through a rebalance (cooperative, or eager without a revoke) stays one
+    interval. An interval that ends after the member was signalled ended because the member
+    left ("leave"), any other because a rebalance took it ("rebalance"). Intervals of
+    different members may overlap; :func:`unowned_seconds` takes their union. Times are
+    the members' ``time.time()`` stamps (one clock: one machine)."""
+    out: dict[int, list[Interval]] = {}
+    for m in members:
+        held: dict[int, float] = {}  # partition -> since when this member processes it
+
+        def close(p: int, t: float, m: Member = m, held: dict[int, float] = held) -> None:
+            start = held.pop(p, None)
+            if start is not None:
+                leaving = m.signalled_t is not None and t >= m.signalled_t
+                out.setdefault(p, []).append((start, t, "leave" if leaving else "rebalance"))
+
+        for e in m.events:
+            kind = e.get("event")
+            if "t" not in e:
+                continue
+            t = float(e["t"])
+            if kind == "revoking":
+                for p in e.get("delta", ()):
+                    close(int(p), t)
+            elif kind in ("revoked", "lost", "assigned"):
+                now = {int(p) for p in e.get("partitions", ())}
+                for p in [p for p in held if p not in now]:
+                    close(p, t)
+                if kind == "assigned":
+                    for p in now:
+                        held.setdefault(p, t)
+            elif kind == "closed":
+                for p in list(held):
+                    close(p, t)
+        end = m.eof_t if m.eof_t is not None else math.inf
+        for p in list(held):
+            close(p, end)
+    return out
+
+
+def unowned_seconds(
+    intervals: dict[int, list[Interval]], partitions: int, t0: float, t1: float
+) -> dict[str, float]:
+    """Partition-seconds within ``[t0, t1]`` during which nobody processed a partition (per
+    partition, the window minus the union of its owned intervals; summed): ``total``, and
+    split by what opened each gap: ``leave`` (the owner was closing), ``rebalance`` (a
+    rebalance revoked it from a member that stayed), ``other`` (never owned before)."""
+    by = {"leave": 0.0, "rebalance": 0.0, "other": 0.0}
+    for p in range(partitions):
+        spans = sorted(intervals.get(p, ()))
+        before = [(end, why) for _, end, why in spans if end <= t0]
+        cursor, cause = t0, max(before)[1] if before else "other"
+        for start, end, why in spans:
+            if end <= t0:
+                continue
+            if start > cursor:
+                by[cause] += min(start, t1) - cursor
+            if end > cursor:
+                cursor, cause = end, why
+            if cursor >= t1:
+                break
+        if cursor < t1:
+            by[cause] += t1 - cursor
+    return {"total": sum(by.values()), **by}
+
+
+class BrokerLog:
+    """Rebalances counted from the broker's own log: Apache Kafka's group coordinator
+    writes ``Stabilized group G generation N with M members.`` each time a generation
+    completes its join phase. None on other brokers (tansu logs no such line)."""
+
+    PATTERN = r"Stabilized group {group} generation (\d+)"
+
+    def __init__(self, broker: Any, kind: str) -> None:
+        path = getattr(broker, "log_path", None) if kind == "kafka" else None
+        self.path: Path | None = path if isinstance(path, Path) else None
+
+    def offset(self) -> int | None:
+        if self.path is None:
+            return None
+        try:
+            return self.path.stat().st_size
+        except OSError:
+            return None
+
+    def generations(self, group: str, start: int | None, end: int | None) -> list[int] | None:
+        """Generations the group stabilized at between two :meth:`offset` readings."""
+        if self.path is None or start is None:
+            return None
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(start)
+                data = fh.read(None if end is None else max(0, end - start))
+        except OSError:
+            return None
+        pattern = re.compile(self.PATTERN.format(group=re.escape(group)).encode())
+        return [int(m.group(1)) for m in pattern.finditer(data)]
+
+
+class RollingBench(ChurnBench):
+    """Scenario 5 for one configuration (client and assignor) and repetition."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        broker: Any,
+        settings: Settings,
+        log: Callable[[str], None],
+    ) -> None:
+        super().__init__(fleet, broker, settings, log)
+        self.broker_log = BrokerLog(broker, settings.broker)
+        self.try_incompatible = False
+        # "exit": the new process starts once the old one has exited (its join may fall
+        # into the survivors' rebalance or after it, depending on start-up time);
+        # "covered": only once the survivors cover every partition and are quiet.
+        self.restart_gap = "exit"
+
+    def unavailable(self, client: str, assignor: str) -> str | None:
+        """Why this configuration cannot run here (None: it can)."""
+        reason = KNOWN_INCOMPATIBLE.get((client, self.s.broker))
+        if reason and not self.try_incompatible:
+            return reason
+        if client == "aiokafka" and assignor != "range":
+            return "aiokafka has no cooperative rebalancing (eager only)"
+        if client == "kgroup":
+            # The members build the same GroupConfig from the same tree (child_env).
+            from kgroup import ConfigError, GroupConfig
+
+            try:
+                GroupConfig(
+                    bootstrap_servers=self.broker.bootstrap,
+                    group_id="probe",
+                    topics=["probe"],
+                    assignors=(assignor,),
+                )
+            except ConfigError as exc:
+                return f"ConfigError: {exc}"
+        return None
+
+    def _changes(self, members: Sequence[Member]) -> int:
+        return sum(1 for m in members for e in m.events if e.get("event") in CHANGE_EVENTS)
+
+    def _errors(self, members: Iterable[Member]) -> str:
+        messages = [
+            f"{m.name}: {e.get('message')}"
+            for m in members
+            for e in m.events
+            if e.get("event") == "error"
+        ]
+        return ("; errors: " + "; ".join(messages)) if messages else ""
+
+    def _await_stable(self, live: list[Member], everyone: list[Member], what: str) -> float:
+        """Until ``live`` cover every partition and no assignment changes for ``--settle``
+        s; returns when the group became covered (its last assignment change)."""
+        budget = self.s.deadline + self.s.session_ms / 1000.0
+        end = time.monotonic() + budget
+        while True:
+            ok, why = self.fleet.wait_until(
+                lambda: covers(live, self.s.partitions),
+                end - time.monotonic(),
+                watch=live,
+            )
+            if not ok:
+                raise BenchmarkError(
+                    f"{what}: {why}; {self._describe(live)}{self._errors(everyone)}"
+                )
+            t_covered = covered_at(live)
+            changes = self._changes(live)
+            self.fleet.pump_for(self.s.settle)
+            if covers(live, self.s.partitions) and self._changes(live) == changes:
+                return t_covered
+            if time.monotonic() > end:
+                raise BenchmarkError(
+                    f"{what}: not stable within {budget:.0f} s; {self._describe(live)}"
+                )
+
+    def run(self, label: str, rep: int) -> dict[str, Any]:
+        """One repetition of scenario 5 for ``label`` (a :func:`rolling_config`)."""
+        client, assignor = rolling_config(label)
+        self.rng = random.Random(f"{self.s.seed}-rolling-{rep}")
+        extra = [*self._member_args(), "--assignor", assignor]
+        group, topic = self._fresh(label, f"roll{rep}")
+        live: list[Member] = []
+        everyone: list[Member] = []
+
+        def spawn(slot: int, incarnation: int) -> Member:
+            name = f"{label}-r{rep}-m{slot}"
+            m = self.fleet.spawn(
+                client, group, topic, name, extra, log_name=f"{name}.{incarnation}"
+            )
+            everyone.append(m)
+            return m
+
+        try:
+            live.extend(spawn(i, 0) for i in range(self.s.members))
+            self._await_stable(live, everyone, "join")
+            phases: list[dict[str, Any]] = []
+            # Scale out: a member more.
+            self._jitter()
+            offset = self.broker_log.offset()
+            t_start = time.time()
+            live.append(spawn(self.s.members, 0))
+            t_covered = self._await_stable(live, everyone, "scale-out")
+            phases.append(
+                {"phase": "scale-out", "start": t_start, "covered": t_covered, "offset": offset}
+            )
+            # Rolling restart: each member in turn, the newest last.
+            for slot in range(len(live)):
+                self._jitter()
+                old = live[slot]
+                offset = self.broker_log.offset()
+                t_start = self.fleet.terminate(old)
+
+                def exited(m: Member = old) -> bool:
+                    return m.exited
+
+                ok, why = self.fleet.wait_until(exited, self.s.deadline)
+                if not ok:
+                    raise BenchmarkError(
+                        f"restart m{slot}: SIGTERM, then {why} waiting for it to exit; "
+                        f"{self._describe(live)}"
+                    )
+                if self.restart_gap == "covered":
+                    survivors = live[:slot] + live[slot + 1 :]
+                    self._await_stable(survivors, everyone, f"restart m{slot}: survivors")
+                live[slot] = spawn(slot, 1)
+                t_covered = self._await_stable(live, everyone, f"restart m{slot}")
+                revoking = old.events_since(t_start, ("revoking",))
+                phases.append(
+                    {
+                        "phase": f"restart m{slot}",
+                        "start": t_start,
+                        "covered": t_covered,
+                        "offset": offset,
+                        "exit_s": (old.eof_t or t_start) - t_start,
+                        "stop_to_revoking_s": (
+                            float(revoking[0]["t"]) - t_start if revoking else None
+                        ),
+                    }
+                )
+            end_offset = self.broker_log.offset()
+            return self._measure(label, group, everyone, phases, end_offset)
+        finally:
+            self.fleet.stop(everyone)
+
+    def _measure(
+        self,
+        label: str,
+        group: str,
+        everyone: list[Member],
+        phases: list[dict[str, Any]],
+        end_offset: int | None,
+    ) -> dict[str, Any]:
+        intervals = ownership(everyone)
+        t0, t_end = phases[0]["start"], phases[-1]["covered"]
+        bounds = [ph["start"] for ph in phases[1:]] + [t_end]
+        offsets = [ph["offset"] for ph in phases[1:]] + [end_offset]
+        for ph, until, off_end in zip(phases, bounds, offsets, strict=True):
+            gaps = unowned_seconds(intervals, self.s.partitions, ph["start"], until)
+            ph["unavailable_ps"] = gaps["total"]
+            ph["unavailable_by_cause_ps"] = gaps
+            ph["wall_s"] = ph["covered"] - ph["start"]
+            gens = self.broker_log.generations(group, ph["offset"], off_end)
+            ph["rebalances"] = None if gens is None else len(gens)
+        whole = unowned_seconds(intervals, self.s.partitions, t0, t_end)
+        all_gens = self.broker_log.generations(group, phases[0]["offset"], end_offset)
+        client_gens = sorted(
+            {
+                int(e["generation"])
+                for m in everyone
+                for e in m.events
+                if "generation" in e and float(e.get("t", 0)) >= t0
+            }
+        )
+        return {
+            "configuration": label,
+            "group": group,
+            "unavailable_ps": whole["total"],
+            "leave_ps": whole["leave"],
+            "rebalance_ps": whole["rebalance"],
+            "other_ps": whole["other"],
+            "rebalances": None if all_gens is None else len(all_gens),
+            "generations": all_gens,
+            "client_generations": client_gens or None,
+            "wall_s": sum(ph["wall_s"] for ph in phases),
+            "elapsed_s": t_end - t0,
+            "scale_out_ps": phases[0]["unavailable_ps"],
+            "restarts_ps": sum(ph["unavailable_ps"] for ph in phases[1:]),
+            "mismatches": sum(
+                1 for m in everyone for e in m.events if e.get("event") == "mismatch"
+            ),
+            "phases": [{k: v for k, v in ph.items() if k != "offset"} for ph in phases],
+            # Every member process's lines, so the measure can be checked (or recomputed).
+            "members": [
+                {
+                    "name": m.name,
+                    "log": str(m.log_path),
+                    "spawn_t": m.spawn_t,
+                    "eof_t": m.eof_t,
+                    "signalled": m.signalled,
+                    "events": m.events,
+                }
+                for m in everyone
+            ],
+        }
+
+
+def run_rolling(
+    fleet: Fleet,
+    broker: Any,
+    settings: Settings,
+    labels: Sequence[str],
+    repeat: int,
+    log: Callable[[str], None],
+    out: dict[str, dict[str, Any]],
+    *,
+    try_incompatible: bool = False,
+    restart_gap: str = "exit",
+) -> None:
+    """Every configuration once per repetition, repetitions outermost (a drift in the
+    machine's load spreads over all configurations alike). Fills ``out`` as it goes (a
+    Ctrl-C keeps what was measured), by configuration; summaries at the end."""
+    bench = RollingBench(fleet, broker, settings, log)
+    bench.try_incompatible = try_incompatible
+    bench.restart_gap = restart_gap
+    runnable = []
+    for label in labels:
+        client, assignor = rolling_config(label)
+        reason = bench.unavailable(client, assignor)
+        if reason:
+            log(f"rolling: {label}: unavailable: {reason}")
+            out[label] = {"client": client, "assignor": assignor, "unavailable": reason}
+        else:
+            out[label] = {"client": client, "assignor": assignor, "samples": []}
+            runnable.append(label)
+    try:
+        _rolling_rounds(bench, runnable, repeat, out, log)
+    finally:
+        for entry in out.values():
+            if "samples" in entry:
+                entry["summary"] = summarize_rolling(entry["samples"])
+
+
+def _rolling_rounds(
+    bench: RollingBench,
+    runnable: Sequence[str],
+    repeat: int,
+    out: dict[str, dict[str, Any]],
+    log: Callable[[str], None],
+) -> None:
+    for rep in range(repeat):
+        for label in runnable:
+            samples = out[label]["samples"]
+            if samples and not any("error" not in x for x in samples) and rep >= 2:
+                continue  # failed twice and never succeeded: it will not now either
+            try:
+                sample = bench.run(label, rep)
+            except BenchmarkError as exc:
+                log(f"  rolling {label} r{rep}: FAILED: {exc}")
+                samples.append({"repeat": rep, "error": str(exc)})
+                continue
+            sample["repeat"] = rep
+            samples.append(sample)
+            log(
+                f"  rolling {label} r{rep}: {fmt(sample['unavailable_ps'])} partition-s "
+                f"unavailable, {fmt(sample['rebalances'])} rebalances, "
+                f"wall {fmt(sample['wall_s'])} s"
+            )
+
+
 # --- output ----------------------------------------------------------------------------------
 
 
@@ -608,6 +1041,101 @@ def churn_table(results: dict[str, dict[str, Any]]) -> str:
         "notes",
     ]
     return render_table(header, rows)
+
+
+def summarize_rolling(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [s for s in samples if "error" not in s]
+    return {
+        "unavailable_ps": median(s.get("unavailable_ps") for s in ok),
+        "scale_out_ps": median(s.get("scale_out_ps") for s in ok),
+        "restarts_ps": median(s.get("restarts_ps") for s in ok),
+        "leave_ps": median(s.get("leave_ps") for s in ok),
+        "rebalance_ps": median(s.get("rebalance_ps") for s in ok),
+        "rebalances": median(s.get("rebalances") for s in ok),
+        "wall_s": median(s.get("wall_s") for s in ok),
+        "elapsed_s": median(s.get("elapsed_s") for s in ok),
+        "min_ps": min((s["unavailable_ps"] for s in ok), default=None),
+        "max_ps": max((s["unavailable_ps"] for s in ok), default=None),
+        "ok_runs": len(ok),
+        "runs": len(samples),
+        "mismatches": sum(int(s.get("mismatches") or 0) for s in ok),
+        "errors": [s["error"] for s in samples if "error" in s],
+    }
+
+
+def rolling_table(results: dict[str, dict[str, Any]]) -> str:
+    base = results.get(ROLLING_BASE, {}).get("summary", {}).get("unavailable_ps")
+    rows = []
+    for label, entry in results.items():
+        assignor = entry.get("assignor", "—")
+        if "unavailable" in entry:
+            reason = "unavailable: " + entry["unavailable"]
+            rows.append([label, assignor, "n/a", *([""] * 7), "0/0", reason[:110]])
+            continue
+        s = entry["summary"]
+        notes = [e.split(";")[0] for e in s["errors"]]
+        if s["mismatches"]:
+            notes.append(f"{s['mismatches']} mismatch line(s)")
+        rows.append(
+            [
+                label,
+                assignor,
+                fmt(s["unavailable_ps"]),
+                f"{fmt(s['min_ps'])}-{fmt(s['max_ps'])}" if s["ok_runs"] else "—",
+                ratio(s["unavailable_ps"], base),
+                f"{fmt(s['scale_out_ps'])} / {fmt(s['restarts_ps'])}",
+                f"{fmt(s.get('leave_ps'))} / {fmt(s.get('rebalance_ps'))}",
+                fmt(s["rebalances"], 0),
+                fmt(s["wall_s"]),
+                fmt(s["elapsed_s"]),
+                f"{s['ok_runs']}/{s['runs']}",
+                "; ".join(notes)[:90],
+            ]
+        )
+    header = [
+        "configuration",
+        "assignor",
+        "partition-s unavailable",
+        "min-max",
+        "ratio to kgroup range",
+        "scale-out / restarts",
+        "leavers' / revoked",
+        "rebalances",
+        "wall s",
+        "elapsed s",
+        "ok runs",
+        "notes",
+    ]
+    return render_table(header, rows)
+
+
+def rolling_targets(results: dict[str, dict[str, Any]]) -> str:
+    """The issue's targets as ratios (printed, not asserted)."""
+
+    def ps(label: str) -> float | None:
+        value = results.get(label, {}).get("summary", {}).get("unavailable_ps")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    coop = ps("kgroup-coop")
+    if "kgroup-coop" not in results:
+        return "targets: kgroup-coop was not in this run"
+    if coop is None:
+        reason = results.get("kgroup-coop", {}).get("unavailable", "no successful run")
+        return f"targets: kgroup-coop not measured ({reason})"
+    peers = {
+        label: v
+        for label in results
+        if label.endswith(COOP_SUFFIX) and label != "kgroup-coop"
+        if (v := ps(label)) is not None
+    }
+    parts = [f"kgroup-coop / kgroup range = {ratio(coop, ps(ROLLING_BASE))} (target <= 0.10)"]
+    if peers:
+        best = min(peers, key=lambda k: peers[k])
+        parts.append(
+            f"kgroup-coop / best peer cooperative ({best}) = {ratio(coop, peers[best])} "
+            "(target <= 1.00)"
+        )
+    return "targets: " + "; ".join(parts)
 
 
 def idle_table(results: list[dict[str, Any]]) -> str:
@@ -692,8 +1220,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="idle peers pause their partitions (no fetching: membership-only like kgroup)",
     )
-    p.add_argument("--skip-churn", action="store_true", help="only the idle scenario")
-    p.add_argument("--skip-idle", action="store_true", help="only scenarios 1-3")
+    p.add_argument(
+        "--scenarios",
+        default="churn,idle,rolling",
+        help="comma-separated subset of churn (1-3), idle (4), rolling (5); default: all",
+    )
+    p.add_argument("--skip-churn", action="store_true", help="leave out scenarios 1-3")
+    p.add_argument("--skip-idle", action="store_true", help="leave out the idle scenario")
+    p.add_argument("--skip-rolling", action="store_true", help="leave out the rolling restart")
+    p.add_argument(
+        "--rolling-configs",
+        default=",".join(ROLLING_CONFIGS),
+        help="scenario 5's configurations: CLIENT (range) or CLIENT-coop (cooperative-sticky)"
+        f" (default: {','.join(ROLLING_CONFIGS)})",
+    )
+    p.add_argument("--rolling-members", type=int, default=4, help="members before scale-out (4)")
+    p.add_argument("--rolling-partitions", type=int, default=12, help="topic partitions (12)")
+    p.add_argument(
+        "--rolling-repeat", type=int, default=None, help="repetitions of scenario 5 (--repeat)"
+    )
+    p.add_argument(
+        "--rolling-restart-gap",
+        choices=("exit", "covered"),
+        default="exit",
+        help="start the new process once the old one exited (exit), or once the survivors\n"
+        "cover every partition and are quiet (covered: a leave and a join, always apart)",
+    )
     p.add_argument("--try-incompatible", action="store_true", help="run known-broken pairs too")
     p.add_argument("--log-level", default="info", help="members' log level (stderr → log files)")
     p.add_argument("--log-dir", type=Path, default=None, help="member logs (default: temp dir)")
@@ -713,6 +1265,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if c not in ("kgroup", *IDLE_PEERS):
             p.error(f"unknown idle client {c!r}")
     args.idle_client_list = idle_clients
+    scenarios = {x.strip() for x in args.scenarios.split(",") if x.strip()}
+    if not scenarios <= {"churn", "idle", "rolling"}:
+        p.error(f"unknown scenario(s) in --scenarios {args.scenarios!r}")
+    args.skip_churn = args.skip_churn or "churn" not in scenarios
+    args.skip_idle = args.skip_idle or "idle" not in scenarios
+    args.skip_rolling = args.skip_rolling or "rolling" not in scenarios
+    labels = [c.strip() for c in args.rolling_configs.split(",") if c.strip()]
+    for label in labels:
+        try:
+            rolling_config(label)
+        except ValueError as exc:
+            p.error(str(exc))
+    args.rolling_labels = labels
+    if args.rolling_repeat is None:
+        args.rolling_repeat = args.repeat
+    if not 1 <= args.rolling_members < args.rolling_partitions:
+        p.error("--rolling-members must be at least 1 and below --rolling-partitions")
     if not 1 <= args.members <= args.partitions:
         p.error("--members must be between 1 and --partitions (each member needs a partition)")
     if args.members < 2:
@@ -730,6 +1299,21 @@ def print_tables(results: dict[str, Any]) -> None:
             "(after learning): from the last survivor learning of the rebalance"
         )
         print(churn_table(results["churn"]))
+    if results.get("rolling"):
+        print(
+            f"\nRolling restart on {m['broker']}: {m['rolling_members']} members on "
+            f"{m['rolling_partitions']} partitions, scale-out to {m['rolling_members'] + 1}, "
+            f"then each of the {m['rolling_members'] + 1} restarted in turn (SIGTERM, exit, "
+            + ("the survivors cover, " if m.get("rolling_restart_gap") == "covered" else "")
+            + f"a new process joins); session {m['session_ms']} ms, heartbeat {m['heartbeat_ms']} "
+            f"ms; median of {m['rolling_repeat']} run(s). partition-s unavailable: summed over "
+            "partitions and the scenario, split by step (scale-out / the 5 restarts) and by "
+            "cause (the leavers' partitions / revoked from members that stayed); rebalances: "
+            "generations in the broker's log; wall s: trigger → covered, summed over the 6 "
+            "steps; elapsed s: first trigger → last covered, settling included"
+        )
+        print(rolling_table(results["rolling"]))
+        print(rolling_targets(results["rolling"]))
     if results["idle"]:
         print(
             f"\nIdle members on {m['broker']}: one process per row, each member alone in its "
@@ -746,6 +1330,9 @@ def main(argv: list[str] | None = None) -> int:
         for entry in saved.get("churn", {}).values():
             if "samples" in entry:
                 entry["summary"] = summarize(entry["samples"])
+        for entry in saved.get("rolling", {}).values():
+            if "samples" in entry:
+                entry["summary"] = summarize_rolling(entry["samples"])
         print_tables(saved)
         return 0
     install_interrupts()
@@ -766,6 +1353,10 @@ def main(argv: list[str] | None = None) -> int:
             "idle_heartbeat_ms": args.idle_heartbeat_ms,
             "idle_window_s": args.idle_window,
             "idle_poll_timeout": args.idle_poll_timeout,
+            "rolling_members": args.rolling_members,
+            "rolling_partitions": args.rolling_partitions,
+            "rolling_repeat": args.rolling_repeat,
+            "rolling_restart_gap": args.rolling_restart_gap,
             "idle_peer_pause": args.idle_peer_pause,
             "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "log_dir": str(log_dir),
@@ -773,6 +1364,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "churn": {},
         "idle": [],
+        "rolling": {},
     }
     broker = make_broker(args.broker)
     fleet: Fleet | None = None
@@ -784,7 +1376,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.broker == "kafka":
             results["meta"]["kafka_version"] = getattr(broker, "version", None)
         fleet = Fleet(log_dir, broker.bootstrap)
-        if "java" in args.client_list and not args.skip_churn:
+        wants_java = ("java" in args.client_list and not args.skip_churn) or (
+            not args.skip_rolling
+            and any(rolling_config(label)[0] == "java" for label in args.rolling_labels)
+        )
+        if wants_java:
             if (("java", args.broker) not in KNOWN_INCOMPATIBLE) or args.try_incompatible:
                 from kgroup.testing._java import java_member_command
 
@@ -841,6 +1437,26 @@ def main(argv: list[str] | None = None) -> int:
                     f"lag p99 {fmt(r.get('lag_p99_ms'), 1)} ms, stable {fmt(r.get('all_stable'))}"
                     + ("" if r.get("ok") else f" FAILED: {r.get('reason')}")
                 )
+        if not args.skip_rolling and args.rolling_labels:
+            log(
+                f"rolling restart: {len(args.rolling_labels)} configuration(s) "
+                f"x{args.rolling_repeat} ..."
+            )
+            run_rolling(
+                fleet,
+                broker,
+                replace(
+                    settings,
+                    members=args.rolling_members,
+                    partitions=args.rolling_partitions,
+                ),
+                args.rolling_labels,
+                args.rolling_repeat,
+                log,
+                results["rolling"],
+                try_incompatible=args.try_incompatible,
+                restart_gap=args.rolling_restart_gap,
+            )
     except KeyboardInterrupt:
         interrupted = True
         log("interrupted: stopping everything ...")
