@@ -382,3 +382,26 @@ def test_assignments_survive_the_wire(
     for assignor in ASSIGNORS:
         for asg in assignor.assign(partitions_per_topic, members).values():
             assert Assignment.decode(asg.encode()) == asg
+
+
+def test_the_member_guides_custom_assignor_runs() -> None:
+    """docs/guide/member.md, "Writing your own assignor": the class as printed."""
+    import re
+    from pathlib import Path
+
+    from kgroup import Subscription
+
+    text = (Path(__file__).resolve().parents[2] / "docs/guide/member.md").read_text()
+    section = text.split("### Writing your own assignor", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S)
+    assert code is not None
+    namespace: dict[str, object] = {}
+    exec(compile(code.group(1), "member.md", "exec"), namespace)
+    assignor = namespace["ByRegion"]()  # type: ignore[operator]
+    members = [
+        MemberSubscription("a", None, Subscription(topics=("t",), rack_id="region-0")),
+        MemberSubscription("b", None, Subscription(topics=("t",), rack_id="region-1")),
+    ]
+    result = assignor.assign({"t": 4}, members)
+    assert result["a"].partitions == (TopicPartition("t", 0), TopicPartition("t", 2))
+    assert result["b"].partitions == (TopicPartition("t", 1), TopicPartition("t", 3))

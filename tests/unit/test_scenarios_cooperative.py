@@ -247,3 +247,42 @@ def test_a_fresh_lease_needs_no_renewal(make_harness, coop_assignor) -> None:
     assert h.prepare(lost=False) == ()
     h.send_join()
     assert not h.events_named("member.lease_proof_needed")
+
+
+def test_g44_protocol_selection_and_the_subscription_each_entry_carries(make_harness) -> None:
+    """G44 on the core, with the built-in assignors: [range, cooperative-sticky] is EAGER and
+    JoinGroup lists range first; [cooperative-sticky] is COOPERATIVE; [range, roundrobin]
+    EAGER. Every protocol entry carries a Subscription v3 whose generation_id is the
+    current generation (-1 before the first)."""
+    from kgroup import RebalanceProtocol
+
+    cases = [
+        (("range", "cooperative-sticky"), RebalanceProtocol.EAGER),
+        (("cooperative-sticky",), RebalanceProtocol.COOPERATIVE),
+        (("range", "roundrobin"), RebalanceProtocol.EAGER),
+    ]
+    for assignors, protocol in cases:
+        h = make_harness(assignors=assignors)
+        assert h.embedding.rebalance_protocol is protocol
+        h.poll()
+        h.lookup()
+        h.poll()
+        first = h.action()
+        if isinstance(first, PrepareJoin):
+            h.embedding.prepare(lost=first.lost)
+            first = h.action()
+        assert isinstance(first, SendJoinGroup), first
+        names = [name for name, _ in first.request.protocols]
+        assert names == list(assignors)
+        for _, data in first.request.protocols:
+            assert data[:2] == b"\x00\x03"  # Subscription version 3
+            assert Subscription.decode(data).generation_id == -1
+        h.joins.append(first.request)
+        h.join_response(generation=7, member_id="A", leader="B", protocol_name=assignors[0])
+        h.sync_response(assignment=h.assignment_bytes(h.tps("t", 0)), protocol_name=assignors[0])
+        h.complete()
+        h.core.request_rejoin("test")
+        h.poll()
+        h.prepare(lost=False)
+        again = h.send_join()
+        assert {Subscription.decode(d).generation_id for _, d in again.protocols} == {7}
