@@ -22,6 +22,7 @@ from kgroup._core._assignors import (
 )
 from kgroup._core._consumer_protocol import Assignment, Subscription, TopicPartition
 from kgroup._errors import AssignmentError, ConfigError
+from tests.unit._docs import run_doc_example
 
 TP = TopicPartition
 EAGER = RebalanceProtocol.EAGER
@@ -386,17 +387,9 @@ def test_assignments_survive_the_wire(
 
 def test_the_member_guides_custom_assignor_runs() -> None:
     """docs/guide/member.md, "Writing your own assignor": the class as printed."""
-    import re
-    from pathlib import Path
-
     from kgroup import Subscription
 
-    text = (Path(__file__).resolve().parents[2] / "docs/guide/member.md").read_text()
-    section = text.split("### Writing your own assignor", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    namespace: dict[str, object] = {}
-    exec(compile(code.group(1), "member.md", "exec"), namespace)
+    namespace = run_doc_example("guide/member.md", "### Writing your own assignor")
     assignor = namespace["ByRegion"]()  # type: ignore[operator]
     members = [
         MemberSubscription("a", None, Subscription(topics=("t",), rack_id="region-0")),

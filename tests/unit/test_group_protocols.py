@@ -36,6 +36,7 @@ from kgroup._core._group_protocol import (
 from kgroup._core._messages import JoinGroupMember
 from kgroup._core._state import Generation
 from kgroup.testing import InMemoryCoordinator
+from tests.unit._docs import run_doc_example
 from tests.unit.test_in_memory_coordinator import Members, config
 
 # --- wire format --------------------------------------------------------------------------------
@@ -198,21 +199,7 @@ async def group() -> AsyncIterator[Members]:
 
 
 async def start(group: Members, protocol: GroupProtocol) -> GroupMember:
-    transport = group.coordinator.transport()
-    member = GroupMember(config(topics=()), transport=transport, protocol=protocol)
-    member.add_event_hook(lambda name, fields: group.changed.set())
-    await member.start()
-    group.members.append(member)
-    group.transports.append(transport)
-
-    async def loop() -> None:
-        while not member.closed:
-            await member.poll(timeout=0.05)
-
-    import asyncio
-
-    group._tasks.append(asyncio.create_task(loop()))
-    return member
+    return await group.start(protocol, topics=())
 
 
 def stable(members: Sequence[GroupMember]) -> bool:
@@ -274,15 +261,7 @@ def test_a_protocol_member_takes_no_topics() -> None:
 def test_the_guides_own_protocol_example_runs() -> None:
     """docs/guide/groups.md, "Writing your own protocol": the class as printed, run as the
     leader would run it (through the embedding, cooperative rule included)."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "docs/guide/groups.md").read_text()
-    section = text.split("## Writing your own protocol", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.S)
-    assert code is not None
-    namespace: dict[str, object] = {}
-    exec(compile(code.group(1), "groups.md", "exec"), namespace)
+    namespace = run_doc_example("guide/groups.md", "## Writing your own protocol")
     protocol = namespace["Partitioned"](2)  # type: ignore[operator]
     embedding = ProtocolEmbedding(protocol)
     ((name, meta),) = embedding.metadata(Generation(-1, "", None))

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from kgroup import ErrorCode, GroupConfig, GroupMember, MemberState, TopicPartition
+from kgroup import ErrorCode, GroupConfig, GroupMember, GroupProtocol, MemberState, TopicPartition
 from kgroup.testing import InMemoryCoordinator, MockTransport
 from kgroup.testing import messages as m
 
@@ -41,9 +41,10 @@ class Members:
         self._tasks: list[asyncio.Task[None]] = []
         self.changed = asyncio.Event()
 
-    async def start(self, **overrides: Any) -> GroupMember:
+    async def start(self, protocol: GroupProtocol | None = None, **overrides: Any) -> GroupMember:
+        """One more member (``protocol``: of a group that is not a consumer group)."""
         transport = self.coordinator.transport()
-        member = GroupMember(config(**overrides), transport=transport)
+        member = GroupMember(config(**overrides), transport=transport, protocol=protocol)
         member.add_event_hook(lambda name, fields: self.changed.set())
         await member.start()
         self.members.append(member)
