@@ -133,6 +133,8 @@ class JavaMember:
         self.log_path = log_path
         #: Every event received so far, in order.
         self.events: list[Event] = []
+        #: When each of :attr:`events` arrived (``time.monotonic()``), for ownership logs.
+        self.received: list[float] = []
         #: The member's current assignment as (topic, partition) pairs.
         self.assignment: frozenset[TopicPartition] = frozenset()
         self._proc: asyncio.subprocess.Process | None = None
@@ -193,8 +195,8 @@ class JavaMember:
                     event = {"event": "output", "line": line}
                 if not isinstance(event, dict):
                     event = {"event": "output", "line": line}
-                event.setdefault("received", time.monotonic())  # for ownership logs
                 self._apply(event)
+                self.received.append(time.monotonic())
                 async with changed:
                     self.events.append(event)
                     changed.notify_all()

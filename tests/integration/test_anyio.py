@@ -69,12 +69,17 @@ def test_async_with_under_anyio_asyncio_backend(
     assert seen["stats"]["isolated"] is isolated
     assert seen["stats"]["assignment"] == [f"{topic}-0", f"{topic}-1"]
     # Isolated mode: the tasks run on the coordinator thread's loop, not the app's.
-    # One heartbeat task (which also watches the lease), and at most a heartbeat in flight.
+    # One heartbeat task (which also watches the lease), at most a heartbeat in flight, and
+    # the metadata watch.
     if isolated:
         assert seen["tasks_open"] == set()
     else:
         assert "kgroup-heartbeat" in seen["tasks_open"]
-        assert seen["tasks_open"] <= {"kgroup-heartbeat", "kgroup-heartbeat-request"}
+        assert seen["tasks_open"] <= {
+            "kgroup-heartbeat",
+            "kgroup-heartbeat-request",
+            "kgroup-metadata-watch",
+        }
     assert seen["threads_open"] == (1 if isolated else 0)
     assert seen["closed"] is True
     assert seen["tasks_after"] == []

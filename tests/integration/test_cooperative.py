@@ -137,8 +137,8 @@ def replay_java(java: JavaMember, name: str, log: OwnershipLog) -> None:
     """Java's listener events into the group's ownership log, at the time Python received
     them (a few ms after the Java callback started: a hold's start is seen late by that
     much, its end too)."""
-    for event in java.events:
-        kind, at = event.get("event"), float(event.get("received", 0.0))
+    for event, at in zip(java.events, java.received, strict=False):
+        kind = event.get("event")
         tps = [TopicPartition(str(t), int(p)) for t, p in event.get("partitions", ())]
         if kind == "assigned":
             log.assigned(name, tps, int(event.get("generation", -1)), at)
