@@ -37,9 +37,28 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ._world import FAULT_KINDS, run_schedule
+from kgroup import LEADER, TopicPartition
 
-ASSIGNORS = ("range", "roundrobin")
+from ._groups import FLAVORS, Formed, cooperative_rebalances, draw_kind, plain_kind
+from ._world import FAULT_KINDS, Ownership, run_schedule
+
+# ---------------------------------------------------------------------------------------------
+# KNOWN FAILURES: seeds that fail on a real kgroup bug not fixed yet. The default run skips
+# them and says so; ``test_known_failures_still_fail`` checks that each still fails for its
+# reason (remove a seed once its bug is fixed); ``KGROUP_SIM_SEED=N`` runs one anyway.
+# ---------------------------------------------------------------------------------------------
+
+LEADER_ID_STALE = (
+    "LeaderElection.leader names a static leader's previous member id: the leader restarted "
+    "(same group.instance.id), the coordinator replaced its member id without a rebalance "
+    "(KIP-345), and every member keeps the assignment data the last rebalance wrote"
+)
+
+#: seed -> (reason, text the failure message contains)
+KNOWN_FAILURES: dict[int, tuple[str, str]] = {
+    seed: (LEADER_ID_STALE, "LeaderElection.leader is")
+    for seed in (246, 873, 1552, 1648, 2550, 2615, 2656, 3503, 3878)
+}
 
 
 @dataclass
@@ -47,7 +66,8 @@ class Outcome:
     """What one schedule contributes to the summary (picklable, small)."""
 
     seed: int
-    assignor: str
+    flavor: str
+    kind: str
     failure: str | None
     faults: dict[str, int]
     events: dict[str, int]
@@ -56,14 +76,16 @@ class Outcome:
     bound: float
     virtual_ms: float
     sim_events: int
+    cooperative_rebalances: int | None
 
 
-def run_one(seed: int, assignor: str | None = None) -> Outcome:
-    name = assignor or ASSIGNORS[seed % len(ASSIGNORS)]
-    result = run_schedule(seed, assignor=name)
+def run_one(seed: int, flavor: str | None = None) -> Outcome:
+    result = run_schedule(seed, flavor=flavor)
+    kind = result.params.kind
     return Outcome(
         seed=seed,
-        assignor=name,
+        flavor=kind.flavor,
+        kind=kind.describe(),
         failure=None if result.failure is None else str(result.failure),
         faults=dict(result.faults),
         events=dict(result.events),
@@ -72,12 +94,13 @@ def run_one(seed: int, assignor: str | None = None) -> Outcome:
         bound=result.params.stable_bound_ms,
         virtual_ms=result.virtual_ms,
         sim_events=result.sim_events,
+        cooperative_rebalances=result.cooperative_rebalances,
     )
 
 
 def _chunk(args: tuple[list[int], str | None]) -> list[Outcome]:
-    seeds, assignor = args
-    return [run_one(seed, assignor) for seed in seeds]
+    seeds, flavor = args
+    return [run_one(seed, flavor) for seed in seeds]
 
 
 @dataclass
@@ -93,9 +116,15 @@ class Summary:
     sim_events: int = 0
     wall_s: float = 0.0
     failures: list[Outcome] = field(default_factory=list)
+    flavors: Counter[str] = field(default_factory=Counter)
+    #: Invariant 5: how many schedules converged after N counted cooperative rebalances.
+    cooperative: Counter[int] = field(default_factory=Counter)
 
     def add(self, outcome: Outcome) -> None:
         self.schedules += 1
+        self.flavors[outcome.flavor] += 1
+        if outcome.cooperative_rebalances is not None and outcome.failure is None:
+            self.cooperative[outcome.cooperative_rebalances] += 1
         self.faults.update(outcome.faults)
         self.events.update(outcome.events)
         self.rebalances += outcome.rebalances
@@ -128,30 +157,36 @@ class Summary:
                 f"{self.max_time_to_stable:.0f} ms (seed {self.max_stable_seed})",
             ),
             ("max time to stable / bound", f"{self.max_share_of_bound:.2f}"),
+            (
+                "INCONSISTENT_GROUP_PROTOCOL (skipped bridge, app restarted)",
+                f"{self.events.get('inconsistent_group_protocol', 0)}",
+            ),
+            (
+                "cooperative: schedules by rebalances after membership settled",
+                " ".join(f"{n}:{c}" for n, c in sorted(self.cooperative.items())) or "-",
+            ),
         ]
+        rows += [(f"schedules: {name}", f"{self.flavors.get(name, 0)}") for name in FLAVORS]
         rows += [(f"faults: {kind}", f"{self.faults.get(kind, 0)}") for kind in FAULT_KINDS]
         width = max(len(k) for k, _ in rows)
         lines = [f"{k:<{width}}  {v}" for k, v in rows]
         for outcome in self.failures[:20]:
-            lines.append(f"FAILED seed {outcome.seed} ({outcome.assignor}): {outcome.failure}")
-            lines.append(
-                f"  replay: python -m tests.simulation --seed {outcome.seed} --trace"
-                f" --assignor {outcome.assignor}"
-            )
+            lines.append(f"FAILED seed {outcome.seed} ({outcome.kind}): {outcome.failure}")
+            lines.append(f"  replay: python -m tests.simulation --seed {outcome.seed} --trace")
         return "\n".join(lines)
 
 
-def sweep(seeds: Iterable[int], workers: int = 1, assignor: str | None = None) -> Summary:
+def sweep(seeds: Iterable[int], workers: int = 1, flavor: str | None = None) -> Summary:
     seeds = list(seeds)
     summary = Summary()
     started = time.perf_counter()
     if workers <= 1 or len(seeds) < 200:
-        outcomes: Iterable[Outcome] = (run_one(seed, assignor) for seed in seeds)
+        outcomes: Iterable[Outcome] = (run_one(seed, flavor) for seed in seeds)
         for outcome in outcomes:
             summary.add(outcome)
     else:
         size = 250
-        chunks = [(seeds[i : i + size], assignor) for i in range(0, len(seeds), size)]
+        chunks = [(seeds[i : i + size], flavor) for i in range(0, len(seeds), size)]
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for result in pool.map(_chunk, chunks):
                 for outcome in result:
@@ -170,16 +205,32 @@ def _failure_message(summary: Summary) -> str:
 
 
 def test_schedules() -> None:
-    """The default volume: 10 000 schedules (about a minute on 2 workers)."""
+    """The default volume: 10 000 schedules (about 4 minutes on 2 workers), less the
+    KNOWN_FAILURES among them."""
     single = os.environ.get("KGROUP_SIM_SEED")
+    skipped: list[int] = []
     if single:
         seeds: Iterable[int] = [int(single)]
     else:
         start = _env_int("KGROUP_SIM_START", 0)
-        seeds = range(start, start + _env_int("KGROUP_SIM_SEEDS", 10_000))
+        every = range(start, start + _env_int("KGROUP_SIM_SEEDS", 10_000))
+        skipped = [seed for seed in every if seed in KNOWN_FAILURES]
+        seeds = [seed for seed in every if seed not in KNOWN_FAILURES]
     summary = sweep(seeds, _env_int("KGROUP_SIM_WORKERS", 2))
     print("\n" + summary.table())  # shown with -s
+    for seed in skipped:
+        print(f"KNOWN FAILURE skipped: seed {seed}: {KNOWN_FAILURES[seed][0]}")
     assert not summary.failures, _failure_message(summary)
+
+
+@pytest.mark.parametrize("seed", sorted(KNOWN_FAILURES))
+def test_known_failures_still_fail(seed: int) -> None:
+    """Each known failure still fails, for its reason: once the bug is fixed, this says to
+    take the seed off the list."""
+    reason, text = KNOWN_FAILURES[seed]
+    failure = run_schedule(seed).failure
+    assert failure is not None, f"seed {seed} passes now: remove it from KNOWN_FAILURES"
+    assert text in str(failure), f"seed {seed} fails otherwise than known ({reason}): {failure}"
 
 
 @pytest.mark.slow
@@ -220,3 +271,63 @@ def test_a_seed_replays_in_another_process() -> None:
         return line.split("trace_sha256=")[1].split()[0]
 
     assert digest_of("1") == digest_of("2")
+
+
+# ---------------------------------------------------------------------------------------------
+# The checkers themselves
+# ---------------------------------------------------------------------------------------------
+
+
+def test_items_are_held_like_partitions() -> None:
+    """Invariant 1 for GroupProtocol items: the ownership log keys holds by whatever the
+    listener receives, so LEADER held by two members at once is an overlap, and every hold
+    rule (revoke end, lost start, lease deadline, death) applies to items as to partitions."""
+    log = Ownership()
+    log.assigned("a#1", {LEADER}, 1, 0.0)
+    log.assigned("b#1", {LEADER}, 2, 50.0)  # while a still holds it
+    log.end("a#1", {LEADER}, 60.0, "revoked")
+    overlaps = log.overlaps()
+    assert [(x.holder, y.holder) for x, y in overlaps] == [("a#1", "b#1")]
+    log = Ownership()
+    log.assigned("a#1", {LEADER, "r1"}, 1, 0.0)
+    log.lease_expired("a#1", 40.0)  # a's lease ran out at 40, noticed later
+    log.end("a#1", {LEADER}, 70.0, "lost")
+    log.assigned("b#1", {LEADER}, 2, 45.0)
+    assert log.overlaps() == []
+    tp = TopicPartition("t", 0)
+    log.assigned("c#1", {tp}, 1, 0.0)
+    log.assigned("d#1", {tp}, 1, 10.0)
+    assert len(log.overlaps()) == 1  # partitions and items side by side
+
+
+def _formed(at: float, *members: str, names: tuple[str, ...] = ("cooperative-sticky",)) -> Formed:
+    return Formed(0, at, "cooperative-sticky", {m: names for m in members})
+
+
+def test_cooperative_rebalances_count_from_the_last_membership_change() -> None:
+    kind = plain_kind("cooperative-sticky", 3)
+    before = _formed(5.0, "a", "b")
+    # After the faults (at 10): b leaves, then c joins; then two follow-ups.
+    after = [_formed(11.0, "a"), _formed(12.0, "a", "c"), _formed(13.0, "a", "c")]
+    assert cooperative_rebalances(kind, [before, *after], 10.0) == (2, None)
+    count, problem = cooperative_rebalances(kind, [before, *after, _formed(14.0, "a", "c")], 10.0)
+    assert count == 3 and problem is not None and "at most 2" in problem
+    # No membership change after the faults: every generation after them counts.
+    same = [_formed(11.0, "a", "b"), _formed(12.0, "a", "b"), _formed(13.0, "a", "b")]
+    assert cooperative_rebalances(kind, [before, *same], 10.0)[0] == 3
+    assert cooperative_rebalances(kind, [before], 10.0) == (0, None)
+    # An EAGER member in a counted generation: not checked.
+    eager = [_formed(11.0, "a", "b", names=("cooperative-sticky", "range"))] * 3
+    assert cooperative_rebalances(plain_kind("upgrade", 2), [before, *eager], 10.0) == (None, None)
+    leader = draw_kind(0, 3, "leader")
+    counted = cooperative_rebalances(leader, [before, *same], 10.0)
+    assert counted[0] == (3 if leader.cooperative else None)
+
+
+def test_a_leader_schedule_holds_the_leader_item() -> None:
+    """End to end: a LeaderElection schedule records holds of LEADER, and converges with one
+    holder that every member's LeaderElection names (stable_state)."""
+    result = run_schedule(3, trace=True, flavor="leader")
+    assert result.failure is None, result.failure
+    assert result.holds > 0
+    assert any(f"on_partitions_assigned ['{LEADER}']" in line for line in result.trace)
