@@ -1,28 +1,57 @@
 """Deterministic simulation (issue 5): kgroup members against a model of the classic group
 coordinator, in virtual time, with a seeded scheduler (``_world.py``, ``_model.py``).
 
-Every schedule checks four invariants:
+Each schedule draws its group kind from its seed (``_groups.py``; per 100 schedules):
+range 15, roundrobin 10, sticky 10 and cooperative-sticky 20 (every member with that one
+assignor); upgrade 15, a consumer group in the middle of a rolling upgrade (range ->
+cooperative-sticky,range; cooperative-sticky,range -> cooperative-sticky, EAGER and
+COOPERATIVE members mixed; and range -> cooperative-sticky directly, whose refused members
+are restarted with the bridge list), where restarted members come back upgraded; leader
+15, ``kgroup.LeaderElection``; shards 15, ``kgroup.WorkSharding`` (4 in 5 of these two
+cooperative, the rest eager).
 
-1. no partition is held by two members at the same time. A hold runs from the START of a
-   member's on_partitions_assigned to the first of: the END of its on_partitions_revoked,
-   the START of its on_partitions_lost, its ``member.lease_expired`` deadline, its crash
-   (or its lease deadline, if that came first);
+Every schedule checks five invariants:
+
+1. nothing is held by two members at the same time: no partition, and no GroupProtocol
+   item (so never two holders of ``LEADER``; the ownership log keys holds by what the
+   listener receives). A hold runs from the START of a member's on_partitions_assigned to
+   the first of: the END of its on_partitions_revoked, the START of its
+   on_partitions_lost, its ``member.lease_expired`` deadline, its crash (or its lease
+   deadline, if that came first);
 2. after the faults stop, the group becomes stable (the coordinator's group STABLE with every
    member slot live and joined, each member done with its rebalance and holding exactly what
-   the broker assigned it, every partition held exactly once), and stays so for
+   the broker assigned it, every partition or item held exactly once; for LeaderElection
+   every member's ``LeaderElection.leader`` names the one holder of ``LEADER``; for
+   WorkSharding the members' counts differ by at most one), and stays so for
    2 x session + max_poll, within ``Params.stable_bound_ms`` = J + S + 5R + 4H + 1 s
    (J JoinGroup timeout, S session, R rebalance timeout = max_poll, H heartbeat interval);
-3. nothing escapes a member except the documented fatal FencedInstanceId. The simulation
-   never runs two live processes with one instance id, so it comes from a static member's
-   own older JoinGroup reaching the broker late, or from a coordinator reload that brings
-   back an unpersisted older member id (seed 1379); the app then restarts the member;
-4. the coordinator model's own consistency checks (``ClassicGroupModel.check``).
+3. nothing escapes a member except the documented fatal errors: FencedInstanceId (the
+   simulation never runs two live processes with one instance id, so it comes from a static
+   member's own older JoinGroup reaching the broker late, or from a coordinator reload that
+   brings back an unpersisted older member id, seed 1379; the app restarts the member), and
+   InconsistentGroupProtocol in an upgrade that skipped the bridge list (the app restarts
+   the member with the bridge list);
+4. the coordinator model's own consistency checks (``ClassicGroupModel.check``), among
+   them: the members always share a protocol name, the selected protocol is every member's,
+   one protocol type per group;
+5. a cooperative group converges within two rebalances (``_groups.cooperative_rebalances``).
+   The fault-free period starts when the faults stop and every network operation a fault
+   touched has resolved (answered or given up), and every coordinator load, broker restart
+   and slow poll a fault began has ended. Counted are the generations formed after that,
+   from the last one whose member ids differ from the generation before it (a member
+   joined, left, expired or came back under a new id) to the one the group is stable in;
+   when every member of those generations is COOPERATIVE there are at most two (the one
+   that takes in the membership, withholding what moves, and the follow-up that hands it
+   over).
 
 Counts: ``KGROUP_SIM_SEEDS`` (default 10 000) schedules from ``KGROUP_SIM_START`` (default
-0) in the default run, on ``KGROUP_SIM_WORKERS`` (default 2) processes; ``KGROUP_SIM_SEED``
-runs that one seed only; the ``slow`` soak (``--run-slow``) runs ``KGROUP_SIM_SOAK_SEEDS``
-(default 200 000) more. ``-s`` prints the summary table. Replay a failure with
-``python -m tests.simulation --seed N --trace``.
+0) in the default run, on ``KGROUP_SIM_WORKERS`` (default 2) processes, less the seeds in
+``KNOWN_FAILURES`` (real kgroup bugs not fixed yet, each with its reason; skipped and
+listed); ``KGROUP_SIM_SEED`` runs that one seed only; the ``slow`` soak (``--run-slow``)
+runs ``KGROUP_SIM_SOAK_SEEDS`` (default 200 000) more, with no known-failure list. ``-s``
+prints the summary table. Replay a failure with ``python -m tests.simulation --seed N
+--trace`` (``--flavor F`` forces a kind; seeds found before kinds were drawn replay with
+``--flavor range``).
 """
 
 from __future__ import annotations
@@ -236,7 +265,8 @@ def test_known_failures_still_fail(seed: int) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(0)
 def test_soak() -> None:
-    """Far more schedules, after the default ones (``--run-slow``)."""
+    """Far more schedules, after the default ones (``--run-slow``). No known-failure list
+    here: while a bug in KNOWN_FAILURES is open, expect its failures (same reason) too."""
     start = _env_int("KGROUP_SIM_SOAK_START", 1_000_000)
     count = _env_int("KGROUP_SIM_SOAK_SEEDS", 200_000)
     summary = sweep(range(start, start + count), _env_int("KGROUP_SIM_WORKERS", 2))
@@ -244,7 +274,7 @@ def test_soak() -> None:
     assert not summary.failures, _failure_message(summary)
 
 
-@pytest.mark.parametrize("seed", [7, 13, 154])
+@pytest.mark.parametrize("seed", [0, 3, 7, 13, 37, 154])
 def test_a_seed_replays_byte_for_byte(seed: int) -> None:
     first = run_schedule(seed, trace=True)
     second = run_schedule(seed, trace=True)
