@@ -30,7 +30,6 @@ from kgroup import (
     InconsistentGroupProtocol,
     LeaderElection,
     MemberState,
-    RebalanceProtocol,
     WorkSharding,
 )
 from kgroup._core._member import MemberCore
@@ -376,10 +375,6 @@ class Process:
             transport=SimTransport(self),
             protocol=self.protocol,
         )
-        #: Keeps its assignment through rebalances (COOPERATIVE).
-        self.cooperative = (
-            self.member._shared.embedding.rebalance_protocol is RebalanceProtocol.COOPERATIVE
-        )
         self.member.add_event_hook(self._on_event)
         world.log(
             self.holder,
@@ -554,11 +549,12 @@ class Process:
                     world.sched.at(world.now, world.restart_process, self)
                     return
                 except InconsistentGroupProtocol as fatal:
-                    if world.params.kind.upgrade is None:
+                    if world.params.kind.upgrade != "skipped-bridge":
                         raise
                     # Documented fatal: a rolling upgrade that skipped the bridge list
-                    # (spec §7.6). The operator restarts the member with the bridge list,
-                    # which has a name in common with every configuration of the upgrade.
+                    # (spec §7.6); the other upgrades always share a name. The operator
+                    # restarts the member with the bridge list, which has a name in common
+                    # with every configuration of the upgrade.
                     world.count_event("inconsistent_group_protocol")
                     world.log(self.holder, f"fatal {fatal!r}: restarted with the bridge list")
                     world.sched.at(world.now, world.restart_process, self, BRIDGE)

@@ -29,7 +29,7 @@ Every schedule checks five invariants:
    simulation never runs two live processes with one instance id, so it comes from a static
    member's own older JoinGroup reaching the broker late, or from a coordinator reload that
    brings back an unpersisted older member id, seed 1379; the app restarts the member), and
-   InconsistentGroupProtocol in an upgrade that skipped the bridge list (the app restarts
+   InconsistentGroupProtocol in the upgrade that skipped the bridge list (the app restarts
    the member with the bridge list);
 4. the coordinator model's own consistency checks (``ClassicGroupModel.check``), among
    them: the members always share a protocol name, the selected protocol is every member's,
