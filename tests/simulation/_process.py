@@ -549,13 +549,21 @@ class Process:
                     world.sched.at(world.now, world.restart_process, self)
                     return
                 except InconsistentGroupProtocol as fatal:
-                    if world.params.kind.upgrade != "skipped-bridge":
+                    upgrade = world.params.kind.upgrade
+                    if upgrade is None:
                         raise
-                    # Documented fatal: a rolling upgrade that skipped the bridge list
-                    # (spec §7.6); the other upgrades always share a name. The operator
+                    # Documented fatal, in a rolling upgrade: one that skipped the bridge
+                    # list (spec §7.6), or any other after a coordinator reload, which
+                    # remembers only each member's selected protocol (Kafka's group record
+                    # keeps one subscription per member), so a range-only member is refused
+                    # by a reloaded group that selected cooperative-sticky. The operator
                     # restarts the member with the bridge list, which has a name in common
                     # with every configuration of the upgrade.
-                    world.count_event("inconsistent_group_protocol")
+                    world.count_event(
+                        "inconsistent_skipped_bridge"
+                        if upgrade == "skipped-bridge"
+                        else "inconsistent_after_reload"
+                    )
                     world.log(self.holder, f"fatal {fatal!r}: restarted with the bridge list")
                     world.sched.at(world.now, world.restart_process, self, BRIDGE)
                     return

@@ -29,8 +29,11 @@ Every schedule checks five invariants:
    simulation never runs two live processes with one instance id, so it comes from a static
    member's own older JoinGroup reaching the broker late, or from a coordinator reload that
    brings back an unpersisted older member id, seed 1379; the app restarts the member), and
-   InconsistentGroupProtocol in the upgrade that skipped the bridge list (the app restarts
-   the member with the bridge list);
+   InconsistentGroupProtocol in a rolling upgrade (the app restarts the member with the
+   bridge list): in the one that skipped the bridge list, and in the others after a
+   coordinator reload, which remembers only each member's selected protocol (as Kafka's
+   group record does), so a reloaded group that selected cooperative-sticky refuses a
+   range-only member until its members rejoin (seed 9477);
 4. the coordinator model's own consistency checks (``ClassicGroupModel.check``), among
    them: the members always share a protocol name, the selected protocol is every member's,
    one protocol type per group;
@@ -219,8 +222,12 @@ class Summary:
             ),
             ("max time to stable / bound", f"{self.max_share_of_bound:.2f}"),
             (
-                "INCONSISTENT_GROUP_PROTOCOL (skipped bridge, app restarted)",
-                f"{self.events.get('inconsistent_group_protocol', 0)}",
+                "INCONSISTENT_GROUP_PROTOCOL, skipped bridge (app restarts: bridge)",
+                f"{self.events.get('inconsistent_skipped_bridge', 0)}",
+            ),
+            (
+                "INCONSISTENT_GROUP_PROTOCOL, after a reload (app restarts: bridge)",
+                f"{self.events.get('inconsistent_after_reload', 0)}",
             ),
             (
                 "cooperative: schedules by rebalances after membership settled",
