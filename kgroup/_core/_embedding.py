@@ -30,6 +30,14 @@ __all__ = ["Completion", "ConsumerEmbedding", "ListenerCall"]
 
 Callback = Literal["on_partitions_revoked", "on_partitions_assigned", "on_partitions_lost"]
 
+#: DEVIATION (spec §6.4 step 5, §7.6; deviations.md row 9): a COOPERATIVE member also
+#: rejoins when its assignment leaves out something its JoinGroup claimed that it no longer
+#: owns. The lease (row 6) can report what the member holds lost while its JoinGroup or
+#: SyncGroup is in flight; the leader, which read the claim, withheld from the others what
+#: it moves away from this member, and only this member's rejoin lets the next rebalance
+#: hand that over (Java never loses partitions mid-join, so there owned == claimed).
+CLAIMS_LOST_REJOIN = "claimed partitions were lost during the rebalance: re-join to release them"
+
 
 @dataclass(frozen=True, slots=True)
 class ListenerCall:
@@ -69,6 +77,8 @@ class ConsumerEmbedding:
         self.rebalance_protocol = select_rebalance_protocol(self.assignors)
         self.rack_id = rack_id
         self.owned: frozenset[TopicPartition] = frozenset()
+        #: COOPERATIVE: the partitions the last JoinGroup claimed as owned (see complete()).
+        self.claimed: frozenset[TopicPartition] = frozenset()
         #: A pattern subscription (``topics`` is then what it matched at the last refresh).
         self.pattern: re.Pattern[str] | None = None
         #: The leader's view of the subscribed topics' partition counts when it assigned
@@ -119,6 +129,7 @@ class ConsumerEmbedding:
         """One (assignor name, Subscription v3) per assignor, in preference order (§4.2)."""
         cooperative = self.rebalance_protocol is RebalanceProtocol.COOPERATIVE
         owned = tuple(sorted(self.owned)) if cooperative else ()
+        self.claimed = frozenset(owned)
         return [
             (
                 assignor.name,
@@ -231,6 +242,8 @@ class ConsumerEmbedding:
             if revoked:
                 calls.append(ListenerCall("on_partitions_revoked", revoked))
                 rejoin = "need to revoke partitions and re-join"
+            elif self.claimed - assigned:
+                rejoin = CLAIMS_LOST_REJOIN
         added = assigned - self.owned
         for assignor in self.assignors:
             if assignor.name == generation.protocol_name:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from .._errors import AssignmentError, ConfigError, RemoteProtocolError
 from ._assignors import RebalanceProtocol
 from ._consumer_protocol import Reader, pack_int32, write_bytes, write_string
-from ._embedding import Completion, ListenerCall
+from ._embedding import CLAIMS_LOST_REJOIN, Completion, ListenerCall
 from ._messages import JoinGroupMember
 from ._state import Generation
 
@@ -156,6 +156,8 @@ class ProtocolEmbedding:
     protocol: GroupProtocol
     owned: frozenset[str] = field(default_factory=frozenset)
     generation_owned: int = -1
+    #: COOPERATIVE: the items the last JoinGroup claimed as owned (see complete()).
+    claimed: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
         p = self.protocol
@@ -189,6 +191,7 @@ class ProtocolEmbedding:
 
     def metadata(self, generation: Generation) -> list[tuple[str, bytes]]:
         owned = self.owned if self.cooperative else frozenset()
+        self.claimed = owned
         user = self.protocol.metadata()
         gen = generation.generation_id if owned else -1
         return [(self.protocol.name, encode_metadata(user, owned, gen))]
@@ -265,6 +268,8 @@ class ProtocolEmbedding:
             if revoked:
                 calls.append(ListenerCall("on_partitions_revoked", revoked))
                 rejoin = "need to revoke items and re-join"
+            elif self.claimed - assigned:
+                rejoin = CLAIMS_LOST_REJOIN  # as for partitions: see its DEVIATION note
         added = assigned - self.owned
         self.protocol.on_assignment(assignment, generation.generation_id)
         self.owned = assigned

@@ -1,7 +1,12 @@
 """Replay or sweep simulation schedules.
 
 python -m tests.simulation --seed N [--trace]      # one schedule (the full trace)
-python -m tests.simulation --seeds 1000 [--start S] [--workers 2] [--assignor range]
+python -m tests.simulation --seeds 1000 [--start S] [--workers 2] [--flavor leader]
+
+The group kind is drawn from the seed; --flavor (or its older name --assignor) forces one
+of range, roundrobin, sticky, cooperative-sticky, upgrade, leader, shards, leaving the
+schedule's other parameters as they are. Seeds found before the kinds were drawn replay
+with --flavor range or --flavor roundrobin.
 """
 
 from __future__ import annotations
@@ -20,10 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=0, help="sweep this many schedules")
     parser.add_argument("--start", type=int, default=0, help="first seed of the sweep")
     parser.add_argument("--workers", type=int, default=1)
-    parser.add_argument("--assignor", default="range")
+    parser.add_argument("--flavor", "--assignor", dest="flavor", default=None)
     args = parser.parse_args(argv)
     if args.seed is not None:
-        result = run_schedule(args.seed, trace=True, assignor=args.assignor)
+        result = run_schedule(args.seed, trace=True, flavor=args.flavor)
         if args.trace:
             for line in result.trace:
                 print(line)
@@ -32,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"# faults={dict(sorted(result.faults.items()))} rebalances={result.rebalances} "
             f"time_to_stable={result.time_to_stable} events={result.sim_events} "
+            f"cooperative_rebalances={result.cooperative_rebalances} "
             f"trace_sha256={digest}"
         )
         if result.failure is not None:
@@ -42,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.seeds:
         from .test_simulation import sweep
 
-        summary = sweep(range(args.start, args.start + args.seeds), args.workers, args.assignor)
+        summary = sweep(range(args.start, args.start + args.seeds), args.workers, args.flavor)
         print(summary.table())
         return 1 if summary.failures else 0
     parser.print_usage()

@@ -4,7 +4,12 @@ What is modelled, and from where: the classic-group parts of ``GroupMetadataMana
 ``ClassicGroup`` / ``ClassicGroupMember`` in Apache Kafka's ``group-coordinator`` module
 (the 4.0-era sources; facts only, the code is this file's own):
 
-- JoinGroup for ``protocol_type`` ``"consumer"``: new dynamic members get MEMBER_ID_REQUIRED
+- JoinGroup for any ``protocol_type`` (``"consumer"``, or a GroupProtocol's own such as
+  ``"kgroup-leader"``): the first member of an EMPTY group sets the group's type and any
+  non-empty protocol list is accepted; after that a member whose type differs, or who
+  lists no protocol name that every member lists, is refused INCONSISTENT_GROUP_PROTOCOL
+  (``supportsProtocols``), before any member id is handed out. New dynamic members get
+  MEMBER_ID_REQUIRED
   (JoinGroup v4+) and a pending member id that expires after their session timeout; static
   members (KIP-345) get an id at once, and a known instance id replaces the old member id
   (the old id's parked JoinGroup / SyncGroup is answered FENCED_INSTANCE_ID). A known static
@@ -16,7 +21,8 @@ What is modelled, and from where: the classic-group parts of ``GroupMetadataMana
   did not rejoin are removed, static ones stay. An EMPTY group's first rebalance waits
   ``initial_rebalance_delay_ms``, extended while new members keep arriving. The leader is
   re-elected among the joined members if it did not rejoin; the protocol is selected by
-  vote among the protocols every member supports.
+  vote (``selectProtocol``): the candidates are the names every member lists, each member
+  votes for the first candidate in its own list, and the most votes win.
 - The sync barrier: COMPLETING_REBALANCE parks SyncGroups until the leader's arrives; the
   leader's assignment is persisted and propagated (members missing from it get an empty
   assignment); members that do not sync within the rebalance timeout are removed and the
@@ -53,6 +59,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kgroup._core._consumer_protocol import Assignment
+from kgroup._core._group_protocol import decode_assignment
 from kgroup._core._messages import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -70,6 +77,7 @@ from kgroup._errors import ErrorCode
 __all__ = [
     "BrokerConfig",
     "ClassicGroupModel",
+    "GenerationHook",
     "GroupRecord",
     "GroupState",
     "ModelError",
@@ -78,13 +86,20 @@ __all__ = [
 
 E = ErrorCode
 JoinResponder = Callable[[JoinGroupResponse], None]
+#: Called when a join phase forms a generation with members: (generation, protocol name,
+#: member id -> the protocol names it listed in its JoinGroup).
+GenerationHook = Callable[[int, str, dict[str, tuple[str, ...]]], None]
 SyncResponder = Callable[[SyncGroupResponse], None]
 
 
 @functools.lru_cache(maxsize=4096)
-def _partitions(assignment: bytes) -> frozenset[object]:
-    """The partitions of an encoded assignment (decoded once per distinct value)."""
-    return frozenset(Assignment.decode(assignment).partitions)
+def _items(protocol_type: str | None, assignment: bytes) -> frozenset[object]:
+    """What an encoded assignment hands out (decoded once per distinct value): partitions
+    for ``"consumer"``, item names for kgroup's GroupProtocols. Kafka never reads an
+    assignment; this serves the model's own checks and the world's."""
+    if protocol_type == "consumer":
+        return frozenset(Assignment.decode(assignment).partitions)
+    return frozenset(decode_assignment(assignment).items)
 
 
 class ModelError(AssertionError):
@@ -202,6 +217,7 @@ class ClassicGroupModel:
         persist: Callable[[GroupRecord], None],
         new_id: Callable[[str], str],
         log: Callable[[str], None] | None = None,
+        on_generation: GenerationHook | None = None,
     ) -> None:
         self.group_id = group_id
         self.config = config
@@ -209,6 +225,7 @@ class ClassicGroupModel:
         self._persist = persist
         self._new_id = new_id
         self._log = log
+        self._on_generation = on_generation
         self.exists = False
         self.state = GroupState.EMPTY
         self.previous_state = GroupState.DEAD
@@ -237,9 +254,18 @@ class ClassicGroupModel:
         persist: Callable[[GroupRecord], None],
         new_id: Callable[[str], str],
         log: Callable[[str], None] | None = None,
+        on_generation: GenerationHook | None = None,
     ) -> ClassicGroupModel:
         """``replay(GroupMetadataKey, GroupMetadataValue)`` then ``onLoaded()``."""
-        group = cls(group_id, config=config, timers=timers, persist=persist, new_id=new_id, log=log)
+        group = cls(
+            group_id,
+            config=config,
+            timers=timers,
+            persist=persist,
+            new_id=new_id,
+            log=log,
+            on_generation=on_generation,
+        )
         if record is None:
             return group
         group.exists = True
@@ -573,6 +599,12 @@ class ClassicGroupModel:
             )
             return
         self.rebalances += 1
+        if self._on_generation is not None:
+            self._on_generation(
+                self.generation,
+                self.protocol_name or "",
+                {m.member_id: tuple(n for n, _ in m.protocols) for m in self.members.values()},
+            )
         self._trace(
             f"generation {self.generation} joined: protocol {self.protocol_name}, leader "
             f"{self.leader}, members {list(self.members)}"
@@ -971,6 +1003,17 @@ class ClassicGroupModel:
                 self.static_members.get(member.instance_id) != member.member_id
             ):
                 raise ModelError(f"static member {member.member_id} is not mapped")
+        if self.members:
+            common = set.intersection(*({n for n, _ in m.protocols} for m in self.members.values()))
+            if not common:
+                raise ModelError("the members list no protocol name in common")
+            if state in (GroupState.COMPLETING_REBALANCE, GroupState.STABLE) and (
+                self.protocol_name not in common
+            ):
+                raise ModelError(f"selected protocol {self.protocol_name} is not every member's")
+            types = {m.protocol_type for m in self.members.values()}
+            if types != {self.protocol_type}:
+                raise ModelError(f"protocol types {sorted(types)} in a {self.protocol_type} group")
         overlap = set(self.pending_join) & set(self.members)
         if overlap:
             raise ModelError(f"pending and joined at once: {sorted(overlap)}")
@@ -989,7 +1032,7 @@ class ClassicGroupModel:
             for member in self.members.values():
                 if not member.assignment:
                     continue
-                for tp in _partitions(member.assignment):
+                for tp in _items(self.protocol_type, member.assignment):
                     other = seen.setdefault(tp, member.member_id)
                     if other != member.member_id:
                         raise ModelError(
@@ -1001,4 +1044,4 @@ class ClassicGroupModel:
         member = self.members.get(member_id)
         if member is None or not member.assignment:
             return frozenset()
-        return _partitions(member.assignment)
+        return _items(self.protocol_type, member.assignment)

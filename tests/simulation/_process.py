@@ -23,11 +23,20 @@ from asyncio import events
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kgroup import FencedInstanceId, GroupConfig, GroupMember, MemberState, TopicPartition
+from kgroup import (
+    FencedInstanceId,
+    GroupConfig,
+    GroupMember,
+    InconsistentGroupProtocol,
+    LeaderElection,
+    MemberState,
+    WorkSharding,
+)
 from kgroup._core._member import MemberCore
 from kgroup._errors import CoordinatorError
 from kgroup.testing.messages import FindCoordinatorRequest, FindCoordinatorResponse
 
+from ._groups import BRIDGE
 from ._sched import Failure, Future, Handle
 
 if TYPE_CHECKING:
@@ -263,18 +272,18 @@ class SimTransport:
 
 
 class _Listener:
-    """The application's rebalance listener: records holds (invariant 1) and takes a
-    random time in each callback."""
+    """The application's rebalance listener (an ItemListener for a GroupProtocol member):
+    records holds (invariant 1) and takes a random time in each callback."""
 
     def __init__(self, proc: Process) -> None:
         self._proc = proc
 
-    def _trace(self, name: str, parts: Iterable[TopicPartition]) -> None:
+    def _trace(self, name: str, parts: Iterable[Any]) -> None:
         world = self._proc.world
         if world.tracing:
             world.log(self._proc.holder, f"{name} {sorted(str(tp) for tp in parts)}")
 
-    async def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+    async def on_partitions_assigned(self, partitions: frozenset[Any]) -> None:
         proc = self._proc
         if proc.crashed:
             return
@@ -286,7 +295,7 @@ class _Listener:
         if duration:
             await asyncio.sleep(duration / 1000.0)
 
-    async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+    async def on_partitions_revoked(self, partitions: frozenset[Any]) -> None:
         proc = self._proc
         if proc.crashed:
             return
@@ -301,7 +310,7 @@ class _Listener:
                 proc.apply_lapsed_lease()
                 world.ownership.end(proc.holder, partitions, world.now, "revoked")
 
-    async def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+    async def on_partitions_lost(self, partitions: frozenset[Any]) -> None:
         proc = self._proc
         if proc.crashed:
             return
@@ -323,11 +332,21 @@ class Process:
         self.holder = f"{slot}#{incarnation}"
         self.instance_id = instance_id
         params = world.params
+        kind = params.kind
+        #: LeaderElection / WorkSharding (GroupProtocol kinds), else None (a consumer).
+        self.protocol: LeaderElection | WorkSharding | None = None
+        assignors: tuple[str, ...] = ("range",)
+        topics: tuple[str, ...] = ()
+        if kind.protocol:
+            self.protocol = kind.make_protocol(int(slot.removeprefix("m")))
+        else:
+            assignors = world.slot_assignors[slot]
+            topics = tuple(t for t, _ in params.topics)
         self.config = GroupConfig(
             bootstrap_servers="b0:9092",
             group_id=GROUP,
-            topics=tuple(t for t, _ in params.topics),
-            assignors=(params.assignor,),
+            topics=topics,
+            assignors=assignors,
             group_instance_id=instance_id,
             session_timeout_ms=params.session_ms,
             heartbeat_interval_ms=params.heartbeat_ms,
@@ -354,9 +373,15 @@ class Process:
             listener=_Listener(self),
             clock=self._clock,
             transport=SimTransport(self),
+            protocol=self.protocol,
         )
         self.member.add_event_hook(self._on_event)
-        world.log(self.holder, f"start (instance {instance_id})")
+        world.log(
+            self.holder,
+            f"start (instance {instance_id}"
+            + (f", assignors {list(assignors)}" if kind.flavor == "upgrade" else "")
+            + ")",
+        )
         self.app = self.loop.create_task(self._app(), name="sim-app")
 
     # -- what the world reads ------------------------------------------------------------------
@@ -373,7 +398,8 @@ class Process:
         return self.member._core is not None
 
     @property
-    def owned(self) -> frozenset[TopicPartition]:
+    def owned(self) -> frozenset[Any]:
+        """What the member holds: TopicPartitions, or item names (GroupProtocol kinds)."""
         return self.member.assignment
 
     def coordinator_conn(self) -> Conn | None:
@@ -520,7 +546,26 @@ class Process:
                     # The application restarts the member.
                     world.count_event("fenced_single_process")
                     world.log(self.holder, f"fatal {fatal!r}: the application restarts")
-                    world.sched.at(world.now, world.restart_fenced, self)
+                    world.sched.at(world.now, world.restart_process, self)
+                    return
+                except InconsistentGroupProtocol as fatal:
+                    upgrade = world.params.kind.upgrade
+                    if upgrade is None:
+                        raise
+                    # Documented fatal, in a rolling upgrade: one that skipped the bridge
+                    # list (spec §7.6), or any other after a coordinator reload, which
+                    # remembers only each member's selected protocol (Kafka's group record
+                    # keeps one subscription per member), so a range-only member is refused
+                    # by a reloaded group that selected cooperative-sticky. The operator
+                    # restarts the member with the bridge list, which has a name in common
+                    # with every configuration of the upgrade.
+                    world.count_event(
+                        "inconsistent_skipped_bridge"
+                        if upgrade == "skipped-bridge"
+                        else "inconsistent_after_reload"
+                    )
+                    world.log(self.holder, f"fatal {fatal!r}: restarted with the bridge list")
+                    world.sched.at(world.now, world.restart_process, self, BRIDGE)
                     return
                 if member.state is MemberState.STABLE and not member.rebalance_pending:
                     self.completed_generation = member.generation.generation_id
@@ -533,6 +578,7 @@ class Process:
                 if self.slow_polls > 0:
                     self.slow_polls -= 1
                     work = self.config.max_poll_interval_ms * world.rng.uniform(1.0, 1.5)
+                    world.echo(world.now + work)
                 else:
                     work = world.rng.uniform(0, heartbeat_ms)
                 await asyncio.sleep(work / 1000.0)

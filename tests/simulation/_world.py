@@ -54,6 +54,14 @@ from kgroup.testing.messages import (
     SyncGroupResponse,
 )
 
+from ._groups import (
+    Formed,
+    GroupKind,
+    cooperative_rebalances,
+    draw_kind,
+    kind_unstable,
+    universe,
+)
 from ._model import BrokerConfig, ClassicGroupModel, GroupRecord, GroupState, ModelError, Timers
 from ._process import GROUP, Process
 from ._sched import Failure, Future, Handle, Scheduler
@@ -66,7 +74,7 @@ INF = math.inf
 
 class SimulationFailure(AssertionError):
     """An invariant broke. ``kind`` is one of: ownership, stability, exception, model,
-    livelock, simulator."""
+    cooperative, livelock, simulator."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(f"[{kind}] {message}")
@@ -132,7 +140,7 @@ class Params:
     """Everything a schedule is made of, drawn from the seed (:func:`draw_params`)."""
 
     seed: int
-    assignor: str
+    kind: GroupKind
     members: int
     static: tuple[bool, ...]
     topics: tuple[tuple[str, int], ...]
@@ -180,7 +188,7 @@ class Params:
         statics = sum(self.static)
         topics = ",".join(f"{t}:{n}" for t, n in self.topics)
         return (
-            f"seed={self.seed} assignor={self.assignor} members={self.members} "
+            f"seed={self.seed} {self.kind.describe()} members={self.members} "
             f"(static {statics}) topics={topics} session={self.session_ms} "
             f"heartbeat={self.heartbeat_ms} max_poll={self.max_poll_ms} "
             f"request_timeout={self.request_timeout_ms} initial_delay={self.initial_delay_ms} "
@@ -190,7 +198,9 @@ class Params:
         )
 
 
-def draw_params(seed: int, rng: random.Random, assignor: str = "range") -> Params:
+def draw_params(seed: int, rng: random.Random, flavor: str | None = None) -> Params:
+    """The schedule's parameters; its group kind from a stream of its own (``flavor``
+    forces the flavor: the other parameters do not change with it)."""
     members = rng.randint(3, 8)
     static_share = rng.choice((0.0, 0.0, 0.5, 1.0))
     static = tuple(rng.random() < static_share for _ in range(members))
@@ -204,7 +214,7 @@ def draw_params(seed: int, rng: random.Random, assignor: str = "range") -> Param
     calm = rng.random() < 0.05
     return Params(
         seed=seed,
-        assignor=assignor,
+        kind=draw_kind(seed, members, flavor),
         members=members,
         static=static,
         topics=tuple(topics),
@@ -229,10 +239,14 @@ def draw_params(seed: int, rng: random.Random, assignor: str = "range") -> Param
 # ---------------------------------------------------------------------------------------------
 
 
+#: What a member holds: a partition (consumer groups) or an item name (GroupProtocols).
+Item = TopicPartition | str
+
+
 @dataclass
 class Hold:
     holder: str
-    partition: TopicPartition
+    partition: Item
     generation: int
     start: float
     end: float = INF
@@ -247,14 +261,18 @@ class Ownership:
     """A holder's hold of a partition runs from the START of its on_partitions_assigned to
     the first of: the END of its on_partitions_revoked, the START of its
     on_partitions_lost, its lease deadline (``member.lease_expired``), its death (a crash
-    ends holds at the earlier of the crash and the lease it had then)."""
+    ends holds at the earlier of the crash and the lease it had then).
+
+    A GroupProtocol's items (``LEADER``, resource names) are held by the same rules: its
+    listener receives item names where a consumer's receives partitions, and nothing here
+    looks inside what is held."""
 
     def __init__(self) -> None:
         self.holds: list[Hold] = []
-        self._open: dict[tuple[str, TopicPartition], Hold] = {}
+        self._open: dict[tuple[str, Item], Hold] = {}
         self._by_holder: dict[str, list[Hold]] = {}
 
-    def assigned(self, holder: str, parts: Iterable[TopicPartition], gen: int, at: float) -> None:
+    def assigned(self, holder: str, parts: Iterable[Item], gen: int, at: float) -> None:
         for tp in parts:
             if (holder, tp) not in self._open:
                 hold = Hold(holder, tp, gen, at)
@@ -272,7 +290,7 @@ class Ownership:
                 hold.end = deadline
                 hold.how = "lease_expired"
 
-    def end(self, holder: str, parts: Iterable[TopicPartition], at: float, how: str) -> None:
+    def end(self, holder: str, parts: Iterable[Item], at: float, how: str) -> None:
         for tp in parts:
             hold = self._open.pop((holder, tp), None)
             if hold is not None:
@@ -286,12 +304,12 @@ class Ownership:
                 self.end(holder, [key[1]], at, how)
 
     def overlaps(self) -> list[tuple[Hold, Hold]]:
-        by_tp: dict[TopicPartition, list[Hold]] = {}
+        by_tp: dict[Item, list[Hold]] = {}
         for hold in self.holds:
             if hold.end > hold.start:
                 by_tp.setdefault(hold.partition, []).append(hold)
         found = []
-        for tp in sorted(by_tp):
+        for tp in sorted(by_tp, key=str):
             holds = sorted(by_tp[tp], key=lambda h: (h.start, h.holder))
             for i, a in enumerate(holds):
                 for b in holds[i + 1 :]:
@@ -331,7 +349,7 @@ class Conn:
         self.inflight: dict[int, tuple[Future, Handle]] = {}
         self.tail_up = 0.0
         self.tail_down = 0.0
-        self.bqueue: deque[tuple[int, Any]] = deque()
+        self.bqueue: deque[tuple[int, Any, bool]] = deque()
         self.bbusy = False
         self.bclosed = False
 
@@ -403,6 +421,7 @@ class Cluster:
             persist=self._persist,
             new_id=self._new_id,
             log=log,
+            on_generation=self.world.generation_formed,
         )
 
     def _drop_group(self, *, unload: bool) -> None:
@@ -442,6 +461,7 @@ class Cluster:
         self.stale_node = old
         self.stale_until = world.now + world.rng.uniform(0, 2 * world.params.heartbeat_ms)
         self.loading_until = world.now + load_ms
+        world.echo(max(self.stale_until, self.loading_until))
         world.sched.at(self.loading_until, self._finish_load, new, self.loading_until)
 
     def _finish_load(self, node: int, until: float) -> None:
@@ -452,6 +472,7 @@ class Cluster:
     def node_down(self, node: int, down_ms: float) -> None:
         world = self.world
         self.up[node] = False
+        world.echo(world.now + down_ms)
         world.log("broker", f"broker {node} down for {down_ms:.0f} ms")
         world.net.reset_node(node)
         world.sched.at(world.now + down_ms, self._node_up, node)
@@ -542,12 +563,27 @@ class Network:
         self._ids = 0
         self._conns: dict[int, Conn] = {}
 
+    # -- the quiet period (invariant 5) --------------------------------------------------------
+    #
+    # An operation a fault touched (dropped, delayed, duplicated, black-holed, answered with
+    # an injected error) has an effect until it resolves: the member hears the answer or
+    # gives up on it. ``World.touches`` counts the touches; an operation whose count moved
+    # while it was handled moves ``World.quiet_at`` to its resolution.
+
+    def _touched_since(self, before: int, fut: Future | None) -> None:
+        if fut is not None and self.world.touches != before:
+            fut.on_done(self._resolved)
+
+    def _resolved(self, _: Any) -> None:
+        self.world.echo(self.world.now)
+
     def latency(self) -> float:
         world = self.world
         base = world.params.latency_ms
         delay = base + world.rng.expovariate(1.0 / base)
         if world.faulty and world.rng.random() < world.params.p_delay:
             world.count("delay")
+            world.touches += 1
             delay += world.rng.uniform(50, world.params.session_ms)
         return delay
 
@@ -555,9 +591,11 @@ class Network:
         """A message to or from ``proc`` is lost now (black hole or a random drop)."""
         world = self.world
         if proc.blackholed_until > world.now:
+            world.touches += 1
             return True
         if world.faulty and world.rng.random() < world.params.p_drop:
             world.count("drop")
+            world.touches += 1
             return True
         return False
 
@@ -566,6 +604,7 @@ class Network:
     def connect(self, proc: Process, node: int, timeout_ms: float) -> Future:
         fut = Future()
         world = self.world
+        before = world.touches
         if self._lost(proc):
             proc.call_at(
                 world.now + timeout_ms, fut.set, Failure(f"cannot connect to b{node}: timed out")
@@ -582,6 +621,7 @@ class Network:
             proc.conns.append(conn)
             rtt = self.latency() + self.latency()
             proc.call_at(world.now + rtt, self._connected, conn, fut)
+        self._touched_since(before, fut)
         return fut
 
     def _connected(self, conn: Conn, fut: Future) -> None:
@@ -602,19 +642,22 @@ class Network:
         corr = self._ids
         timer = proc.call_at(world.now + timeout_ms, self._timeout, conn, corr)
         conn.inflight[corr] = (fut, timer)
+        before = world.touches
         if not self._lost(proc):
             arrival = max(world.now + self.latency(), conn.tail_up)
             conn.tail_up = arrival
-            world.sched.at(arrival, self._arrive, conn, corr, msg)
+            world.sched.at(arrival, self._arrive, conn, corr, msg, False)
             if (
                 world.faulty
                 and world.rng.random() < world.params.p_duplicate
                 and not _fences_itself(msg)
             ):
                 world.count("duplicate")
+                world.touches += 1
                 again = max(world.now + self.latency(), conn.tail_up)
                 conn.tail_up = again
-                world.sched.at(again, self._arrive, conn, corr, msg)
+                world.sched.at(again, self._arrive, conn, corr, msg, True)
+        self._touched_since(before, fut)
         return fut
 
     def close(self, conn: Conn, reason: str) -> None:
@@ -665,42 +708,57 @@ class Network:
 
     # -- the broker side -------------------------------------------------------------------------
 
-    def _arrive(self, conn: Conn, corr: int, msg: Any) -> None:
+    def _arrive(self, conn: Conn, corr: int, msg: Any, duplicate: bool) -> None:
         if conn.bclosed or not self.world.cluster.up[conn.node]:
             return
-        conn.bqueue.append((corr, msg))
+        conn.bqueue.append((corr, msg, duplicate))
         if not conn.bbusy:
             self._process(conn)
 
     def _process(self, conn: Conn) -> None:
+        world = self.world
         while conn.bqueue and not conn.bbusy and not conn.bclosed:
-            corr, msg = conn.bqueue.popleft()
+            corr, msg, duplicate = conn.bqueue.popleft()
             conn.bbusy = True
             replied = [False]
 
             def reply(
-                resp: Any, conn: Conn = conn, corr: int = corr, replied: list[bool] = replied
+                resp: Any,
+                conn: Conn = conn,
+                corr: int = corr,
+                replied: list[bool] = replied,
+                duplicate: bool = duplicate,
             ) -> None:
                 if replied[0]:
                     return
                 replied[0] = True
+                if duplicate:
+                    world.echo(world.now)  # a duplicate's effect on the group ends here
                 self._respond(conn, corr, resp)
                 conn.bbusy = False
                 if conn.bqueue:
                     self.world.sched.at(self.world.now, self._process, conn)
 
-            self.world.cluster.handle(conn, msg, reply)
+            before = world.touches
+            world.cluster.handle(conn, msg, reply)  # an injected error touches the request
+            entry = conn.inflight.get(corr)
+            self._touched_since(before, entry[0] if entry is not None else None)
 
     def _respond(self, conn: Conn, corr: int, resp: Any) -> None:
-        if conn.bclosed or self._lost(conn.proc):
-            return
         world = self.world
-        arrival = max(world.now + self.latency(), conn.tail_down)
-        conn.tail_down = arrival
-        conn.proc.call_at(arrival, self._deliver, conn, corr, resp)
+        before = world.touches
+        if not conn.bclosed and not self._lost(conn.proc):
+            arrival = max(world.now + self.latency(), conn.tail_down)
+            conn.tail_down = arrival
+            conn.proc.call_at(arrival, self._deliver, conn, corr, resp)
+        entry = conn.inflight.get(corr)
+        self._touched_since(before, entry[0] if entry is not None else None)
 
     def _deliver(self, conn: Conn, corr: int, resp: Any) -> None:
         if conn.proc.blackholed_until > self.world.now:
+            entry = conn.inflight.get(corr)
+            if entry is not None:
+                entry[0].on_done(self._resolved)  # black-holed: resolves at its timeout
             return
         entry = conn.inflight.pop(corr, None)
         if entry is None or not conn.open:
@@ -720,25 +778,30 @@ class Network:
             return fut
         node = world.rng.choice(up)
         timer = proc.call_at(world.now + timeout_ms, fut.set, Failure("lookup timed out"))
+        before = world.touches
         if self._lost(proc):
+            self._touched_since(before, fut)
             return fut
         there = world.now + self.latency()
 
         def answer() -> None:
             if not world.cluster.up[node]:
                 return
+            before = world.touches
             resp = world.cluster.find_coordinator(node)
-            if self._lost(proc):
-                return
-            proc.call_at(world.now + self.latency(), deliver, resp)
+            if not self._lost(proc):
+                proc.call_at(world.now + self.latency(), deliver, resp)
+            self._touched_since(before, fut)
 
         def deliver(resp: FindCoordinatorResponse) -> None:
             if proc.blackholed_until > world.now:
+                fut.on_done(self._resolved)
                 return
             timer.cancel()
             fut.set(resp)
 
         world.sched.at(there, answer)
+        self._touched_since(before, fut)
         return fut
 
 
@@ -756,6 +819,9 @@ class Network:
 class Result:
     seed: int
     params: Params
+    #: Invariant 5: generations formed since the group's membership last changed after the
+    #: faults stopped (None: not every member of those generations was COOPERATIVE).
+    cooperative_rebalances: int | None
     trace: list[str]
     faults: Counter[str]
     events: Counter[str]
@@ -779,6 +845,10 @@ class World:
         self.trace: list[str] = []
         self.sched = Scheduler()
         self.faulty = False
+        #: The fault-free period starts no earlier than this (see ``echo``).
+        self.quiet_at = 0.0
+        #: Messages and answers a fault touched so far (see ``Network._touched_since``).
+        self.touches = 0
         self.faults: Counter[str] = Counter()
         self.event_counts: Counter[str] = Counter()
         self.failure: SimulationFailure | None = None
@@ -789,6 +859,12 @@ class World:
         self.slots: dict[str, Process | None] = {}
         self.incarnations: Counter[str] = Counter()
         self.statics: dict[str, str | None] = {}
+        #: Consumer kinds: the assignor list each slot's next incarnation runs.
+        self.slot_assignors: dict[str, tuple[str, ...]] = {}
+        #: Slots reconfigured to the bridge list after INCONSISTENT_GROUP_PROTOCOL.
+        self.rolled_back: set[str] = set()
+        #: Every generation a join phase formed, in order (invariant 5).
+        self.generations: list[Formed] = []
 
     @property
     def now(self) -> float:
@@ -801,8 +877,18 @@ class World:
     def count(self, kind: str) -> None:
         self.faults[kind] += 1
 
+    def echo(self, until: float) -> None:
+        """A fault's direct effect lasts until ``until``: a network operation it could
+        touch resolves, a coordinator loads, a broker comes back, a slow poll ends."""
+        self.quiet_at = max(self.quiet_at, until)
+
     def count_event(self, kind: str) -> None:
         self.event_counts[kind] += 1
+
+    def generation_formed(
+        self, generation: int, protocol: str, members: dict[str, tuple[str, ...]]
+    ) -> None:
+        self.generations.append(Formed(generation, self.now, protocol, members))
 
     def fail(self, failure: SimulationFailure) -> None:
         if self.failure is None:
@@ -826,6 +912,7 @@ class World:
     def maybe_error(self, kind: type) -> int | None:
         if self.faulty and self.rng.random() < self.params.p_error:
             self.count("error")
+            self.touches += 1
             error = self.rng.choice(INJECTED_ERRORS[kind])
             self.log("broker", f"inject {ErrorCode(error).name} into {kind.__name__}")
             return error
@@ -844,14 +931,31 @@ class World:
     def start(self, slot: str) -> None:
         if self.slots.get(slot) is not None:
             return
+        kind = self.params.kind
+        if (
+            kind.upgrade is not None
+            and self.incarnations[slot] > 0
+            and self.slot_assignors[slot] != kind.upgrade_to
+            and slot not in self.rolled_back
+            and self.rng.random() < kind.upgrade_p
+        ):
+            # A rolling upgrade: the restarted process runs the new configuration.
+            self.slot_assignors[slot] = kind.upgrade_to
+            self.log("world", f"{slot} upgraded to {list(kind.upgrade_to)}")
         self.incarnations[slot] += 1
         self.slots[slot] = Process(self, slot, self.incarnations[slot], self.statics[slot])
 
-    def restart_fenced(self, proc: Process) -> None:
+    def restart_process(self, proc: Process, assignors: tuple[str, ...] | None = None) -> None:
+        """The application restarts ``proc`` after a documented fatal error (with
+        ``assignors``: reconfigured)."""
         if not proc.alive or self.slots.get(proc.slot) is not proc:
             return
         proc.crash()
         self.slots[proc.slot] = None
+        if assignors is not None:
+            self.slot_assignors[proc.slot] = assignors
+            self.rolled_back.add(proc.slot)
+            self.log("world", f"{proc.slot} reconfigured to {list(assignors)}")
         delay = self.rng.uniform(0, self.params.session_ms) if self.faulty else 0.0
         self.sched.at(self.now + delay, _restart, self, proc.slot)
 
@@ -940,7 +1044,8 @@ def _heal(world: World) -> None:
 def stable_state(world: World) -> str | None:
     """None when the group is stable: every member slot live, joined to the coordinator's
     STABLE generation, done with its rebalance, holding exactly what the broker assigned it,
-    and every partition held by exactly one member. Otherwise what is missing."""
+    every partition (item) held by exactly one member, and the kind's own conditions
+    (``_groups.kind_unstable``). Otherwise what is missing."""
     cluster = world.cluster
     group = cluster.active_group()
     if group is None or not cluster.up[cluster.coordinator]:
@@ -957,7 +1062,7 @@ def stable_state(world: World) -> str | None:
     ids = {p.core.generation.member_id: p for p in procs}
     if set(ids) != set(group.members):
         return f"members {sorted(group.members)} != {sorted(ids)}"
-    union: set[TopicPartition] = set()
+    union: set[Item] = set()
     count = 0
     for member_id, proc in ids.items():
         core = proc.core
@@ -975,10 +1080,10 @@ def stable_state(world: World) -> str | None:
             return f"{proc.holder} owns {sorted(owned)} != broker's"
         union |= owned
         count += len(owned)
-    everything = {TopicPartition(t, p) for t, n in world.params.topics for p in range(n)}
+    everything = universe(world.params.kind, world.params.topics)
     if union != everything or count != len(everything):
         return "partitions not each held exactly once"
-    return None
+    return kind_unstable(world.params.kind, ids)
 
 
 @contextlib.contextmanager
@@ -994,26 +1099,30 @@ def quiet_logs() -> Iterator[None]:
 
 
 def run_schedule(
-    seed: int, *, trace: bool = False, assignor: str = "range", ghosts: bool | None = None
+    seed: int, *, trace: bool = False, flavor: str | None = None, ghosts: bool | None = None
 ) -> Result:
     """Run one schedule; never raises for an invariant (see ``Result.failure``).
+    ``flavor`` forces the group kind's flavor (default: drawn from the seed, see
+    ``_groups``); the schedule's other parameters are the same whatever the flavor.
     ``ghosts`` (default: ``KGROUP_SIM_GHOSTS``) makes connection closes graceful."""
     with quiet_logs():
         # The members' retry jitter comes from the module's random (kgroup's default).
         random.seed(seed)
-        return _run_schedule(seed, trace=trace, assignor=assignor, ghosts=ghosts)
+        return _run_schedule(seed, trace=trace, flavor=flavor, ghosts=ghosts)
 
 
-def _run_schedule(seed: int, *, trace: bool, assignor: str, ghosts: bool | None) -> Result:
+def _run_schedule(seed: int, *, trace: bool, flavor: str | None, ghosts: bool | None) -> Result:
     if ghosts is None:
         ghosts = os.environ.get("KGROUP_SIM_GHOSTS", "") not in ("", "0")
     rng = random.Random(seed)
-    params = draw_params(seed, rng, assignor)
+    params = draw_params(seed, rng, flavor)
     world = World(params, rng, tracing=trace, ghosts=ghosts)
     world.log("world", params.describe())
     for i in range(params.members):
         slot = f"m{i}"
         world.statics[slot] = f"i{i}" if params.static[i] else None
+        if params.kind.assignors:
+            world.slot_assignors[slot] = params.kind.assignors[i]
         world.slots[slot] = None
         world.sched.at(rng.uniform(0, params.session_ms / 2), world.start, slot)
     # The fault plan: message faults on for the window, discrete faults at random times.
@@ -1085,12 +1194,20 @@ def _run_schedule(seed: int, *, trace: bool, assignor: str, ghosts: bool | None)
                     "ownership", f"{len(overlaps)} partition(s) held twice at once: {lines}"
                 )
             )
+    counted: int | None = None
+    if world.failure is None:
+        quiet = max(fault_end, world.quiet_at)
+        world.log("world", f"the fault-free period started at {quiet:.3f}")
+        counted, problem = cooperative_rebalances(params.kind, world.generations, quiet)
+        if problem is not None:
+            world.fail(SimulationFailure("cooperative", problem))
     world.log("world", f"end: {world.sched.events} events")
     for proc in world.live():
         proc.retire()  # the schedule is over: what its loops still hold is not a failure
     return Result(
         seed=seed,
         params=params,
+        cooperative_rebalances=counted,
         trace=world.trace,
         faults=world.faults,
         events=world.event_counts,

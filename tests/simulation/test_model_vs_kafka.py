@@ -28,6 +28,7 @@ from kgroup import GroupConfig
 from kgroup.testing import KafkaBroker
 from kgroup.testing._members import MemberGroup, MemberRunner
 
+from ._groups import plain_kind
 from ._process import Process
 from ._world import Params, World, stable_state
 
@@ -70,7 +71,7 @@ class ScriptedWorld:
     def __init__(self, instances: list[str | None], seed: int = SEED) -> None:
         params = Params(
             seed=seed,
-            assignor="range",
+            kind=plain_kind("range", len(instances)),
             members=len(instances),
             static=tuple(iid is not None for iid in instances),
             topics=(("t0", PARTITIONS),),
@@ -92,6 +93,7 @@ class ScriptedWorld:
         for i, iid in enumerate(instances):
             slot = f"m{i}"
             self.world.statics[slot] = iid
+            self.world.slot_assignors[slot] = ("range",)
             self.world.slots[slot] = None
             self.world.sched.at(i * 100.0, self.world.start, slot)
 

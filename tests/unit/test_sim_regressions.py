@@ -1,7 +1,8 @@
 """Regressions for holes the deterministic simulation (tests/simulation) found in the lease.
 
 Each test names the seed that found it; replay with
-``python -m tests.simulation --seed N --trace --assignor range``.
+``python -m tests.simulation --seed N --trace --flavor F`` (F as the test says; ``range``
+for the seeds found before the simulation drew a group kind per seed).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kgroup._core._embedding import ListenerCall
+from kgroup import WorkSharding
+from kgroup._core._embedding import CLAIMS_LOST_REJOIN, ListenerCall
+from kgroup._core._group_protocol import ProtocolAssignment, ProtocolEmbedding, encode_assignment
 from kgroup._core._member import (
     AwaitLeaseProof,
     CompleteJoin,
@@ -17,6 +20,7 @@ from kgroup._core._member import (
     PrepareJoin,
     SendJoinGroup,
 )
+from kgroup._core._state import Generation
 from kgroup._errors import ErrorCode
 
 E = ErrorCode
@@ -146,3 +150,76 @@ def test_seed_4207_the_lease_covers_a_running_revoke_callback(make_harness) -> N
     # The release is a no-op now (nothing owned) and the rejoin goes on.
     assert h.expect(PrepareJoin).lease_expired
     assert isinstance(h.action(), SendJoinGroup)
+
+
+def test_seed_140_cooperative_claims_lost_mid_join_are_released_by_a_rejoin(
+    make_harness,
+) -> None:
+    """Seed 140 (``--flavor cooperative-sticky``; also seeds 69 and 170). A COOPERATIVE
+    member's JoinGroup claimed t-0..t-2; the join took longer than the session, so the lease
+    reported them lost before the answer. The leader, which read the claim, kept t-0 with
+    the member and withheld t-1 and t-2 from everyone (they move). The member owned nothing
+    at completion, so there was nothing to revoke and it never rejoined: t-1 and t-2 stayed
+    unassigned until an unrelated rebalance. The completion must rejoin when its assignment
+    leaves out anything the JoinGroup claimed."""
+    h = leased(
+        make_harness,
+        assignors=("cooperative-sticky",),
+        session_timeout_ms=10_000,
+        heartbeat_interval_ms=3_000,
+    )
+    name = "cooperative-sticky"
+    h.stable("X", generation=5, owned=h.tps("t", 0, 1, 2), protocol=name)
+    h.core.request_rejoin("a member joined")
+    h.poll()
+    assert h.prepare(lost=False) == ()  # cooperative: keeps t-0..t-2 through the join
+    h.send_join()
+    assert h.embedding.claimed == h.tps("t", 0, 1, 2)
+    h.at(15_000)  # the coordinator holds the JoinGroup past the session: the lease lapses
+    assert h.prepare(lost=True) == (ListenerCall("on_partitions_lost", h.tps("t", 0, 1, 2)),)
+    h.join_response(
+        generation=6, member_id="X", leader="L", protocol_name=name, protocol_type="consumer"
+    )
+    h.sync_response(
+        assignment=h.assignment_bytes(h.tps("t", 0)), protocol_type="consumer", protocol_name=name
+    )
+    assert isinstance(h.action(), AwaitLeaseProof)  # never installed under a lapsed lease
+    sent = h.hb_send()
+    h.at(15_010)
+    h.hb_respond(sent)
+    completion = h.complete()
+    assert completion.calls == (ListenerCall("on_partitions_assigned", h.tps("t", 0)),)
+    assert completion.rejoin_reason == CLAIMS_LOST_REJOIN
+    assert h.core.rejoin_needed
+    # The rejoin claims only what the member owns now; the leader can hand t-1, t-2 over.
+    h.poll()
+    assert h.prepare(lost=False) == ()
+    h.send_join()
+    assert h.embedding.claimed == h.tps("t", 0)
+
+
+def test_seed_23_items_claimed_then_lost_mid_join_make_the_member_rejoin() -> None:
+    """Seed 23 (``--flavor shards``; the same hole as seed 140, for a GroupProtocol):
+    WorkSharding items claimed in the JoinGroup and lost before the assignment arrived must
+    make the member rejoin when the assignment leaves them out."""
+    embedding = ProtocolEmbedding(WorkSharding(["r0", "r1", "r2"]))
+    generation = Generation(2, "X", "balanced-sticky")
+    embedding.complete(generation, encode_assignment(ProtocolAssignment(frozenset({"r0", "r1"}))))
+    embedding.metadata(generation)  # the JoinGroup claims r0 and r1
+    assert embedding.claimed == frozenset({"r0", "r1"})
+    assert embedding.prepare(lost=True) == (
+        ListenerCall("on_partitions_lost", frozenset({"r0", "r1"})),
+    )
+    completion = embedding.complete(
+        Generation(3, "X", "balanced-sticky"),
+        encode_assignment(ProtocolAssignment(frozenset({"r0"}))),
+    )
+    assert completion.calls == (ListenerCall("on_partitions_assigned", frozenset({"r0"})),)
+    assert completion.rejoin_reason == CLAIMS_LOST_REJOIN
+    # Everything claimed came back: no rejoin.
+    embedding.metadata(Generation(3, "X", "balanced-sticky"))
+    again = embedding.complete(
+        Generation(4, "X", "balanced-sticky"),
+        encode_assignment(ProtocolAssignment(frozenset({"r0", "r2"}))),
+    )
+    assert again.rejoin_reason is None
