@@ -6,6 +6,10 @@ to the first member in the usual order (static members by instance id, then dyna
 by member id). Every member's assignment carries the leader's member id, instance id and
 the ``info`` bytes the leader advertised (an address, say), so the others know who it is.
 
+A static leader that restarts within its session gets its stored assignment back
+without a rebalance (KIP-345), under a new member id; it then asks for one rebalance so
+that every member learns the new id.
+
 COOPERATIVE by default: a leader that stays keeps leading through rebalances, and a
 hand-over is two-phase (the old leader revokes, rejoins; then the new one is assigned),
 so no two members hold the token in one generation. Under EAGER every member gives the
@@ -16,6 +20,7 @@ coordinator can hand the token to another member (docs: "The lease as self-fenci
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Mapping, Sequence
 
 from .._errors import RemoteProtocolError
@@ -30,6 +35,8 @@ from ._group_protocol import (
 )
 
 __all__ = ["LEADER", "LeaderElection"]
+
+_EPOCH = struct.Struct(">i")
 
 #: The item the leader holds.
 LEADER = "leader"
@@ -60,9 +67,13 @@ class LeaderElection(GroupProtocol):
         self.leader_instance: str | None = None
         self.leader_info: bytes = b""
         self.generation = -1
+        self._holds = False
+        self._epoch = 0
 
     def metadata(self) -> bytes:
-        return self.info
+        # int32 epoch, then the info: a new epoch changes this member's metadata, which is
+        # what makes the coordinator rebalance a stable group when a follower rejoins.
+        return _EPOCH.pack(self._epoch) + self.info
 
     def assign(self, members: Sequence[ProtocolMember]) -> Mapping[str, ProtocolAssignment]:
         ordered = member_order(members)
@@ -73,7 +84,7 @@ class LeaderElection(GroupProtocol):
         data = bytearray()
         write_string(data, chosen.member_id, "leader", nullable=False)
         write_string(data, chosen.group_instance_id, "leader instance", nullable=True)
-        write_bytes(data, chosen.metadata, "leader info")
+        write_bytes(data, chosen.metadata[_EPOCH.size :], "leader info")
         return {
             m.member_id: ProtocolAssignment(
                 frozenset({LEADER}) if m is chosen else frozenset(), bytes(data)
@@ -83,6 +94,7 @@ class LeaderElection(GroupProtocol):
 
     def on_assignment(self, assignment: ProtocolAssignment, generation: int) -> None:
         self.generation = generation
+        self._holds = LEADER in assignment.items
         try:
             r = Reader(assignment.data, "LeaderElection assignment data")
             leader = r.string("leader", nullable=False)
@@ -91,6 +103,15 @@ class LeaderElection(GroupProtocol):
         except RemoteProtocolError:
             leader, instance, info = None, None, b""  # a leader we cannot read: unknown
         self.leader, self.leader_instance, self.leader_info = leader, instance, info
+
+    def rebalance_needed(self, member_id: str) -> str | None:
+        """A static leader restarted within its session gets its stored assignment back with
+        a new member id and no rebalance (KIP-345): the data still names its old id, on
+        every member. It then asks for a rebalance, so that the leader writes its new id."""
+        if self._holds and self.leader is not None and self.leader != member_id:
+            self._epoch += 1  # unchanged metadata would just get the stored assignment again
+            return "the leader's member id changed (a static member restarted): rebalance"
+        return None
 
     def __repr__(self) -> str:
         return f"LeaderElection(leader={self.leader!r}, generation={self.generation})"

@@ -108,6 +108,11 @@ class GroupProtocol(abc.ABC):
         """Called on every member when its assignment for ``generation`` arrives."""
         return None
 
+    def rebalance_needed(self, member_id: str) -> str | None:
+        """Called after :meth:`on_assignment` with this member's id: a reason to rebalance
+        again at once (say, the assignment's shared data is out of date), or None."""
+        return None
+
 
 def encode_metadata(user: bytes, owned: Iterable[str], generation: int) -> bytes:
     out = bytearray(_INT16.pack(_VERSION))
@@ -272,6 +277,7 @@ class ProtocolEmbedding:
                 rejoin = CLAIMS_LOST_REJOIN  # as for partitions: see its DEVIATION note
         added = assigned - self.owned
         self.protocol.on_assignment(assignment, generation.generation_id)
+        rejoin = rejoin or self.protocol.rebalance_needed(generation.member_id)
         self.owned = assigned
         calls.append(ListenerCall("on_partitions_assigned", added))
         return Completion(tuple(calls), rejoin, assigned)

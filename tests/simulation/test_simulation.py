@@ -84,12 +84,6 @@ from ._world import FAULT_KINDS, Ownership, run_schedule
 # ``KGROUP_SIM_SEED=N`` runs one anyway.
 # ---------------------------------------------------------------------------------------------
 
-LEADER_ID_STALE = (
-    "kgroup bug: LeaderElection.leader names a static leader's previous member id. The "
-    "holder of LEADER restarted with its group.instance.id; the coordinator replaced its "
-    "member id without a rebalance (KIP-345), so every member keeps the assignment data the "
-    "last rebalance wrote (leader id, and leader_info)"
-)
 WITHHELD_AFTER_STATIC_REPLACEMENT = (
     "kgroup bug (the classic protocol's, Java alike): a cooperative assignment that withholds "
     "moving partitions is the group's stored assignment, and the member that owed the "
@@ -107,13 +101,6 @@ SYNC_RACE = (
 
 #: seed -> (reason, regular expression the failure message matches)
 KNOWN_FAILURES: dict[int, tuple[str, str]] = {
-    **{
-        seed: (LEADER_ID_STALE, r"LeaderElection\.leader is (i\d+)-\d+, not \1-\d+")
-        for seed in (
-            246, 873, 1552, 1648, 2550, 2615, 2656, 3503, 3878, 4057, 4320, 4534, 4647,
-            5059, 5426, 5599, 5712, 5932, 6039, 6390, 6520, 6755, 7573, 8346, 8442, 8588,
-        )
-    },
     **{
         seed: (WITHHELD_AFTER_STATIC_REPLACEMENT, r"\[stability\].*not each held exactly once")
         for seed in (7528, 7984, 8833)

@@ -115,7 +115,11 @@ def test_balanced_sticky_is_balanced_complete_and_sticky(items: set[str], n: int
 def election_members(holder: str | None = None) -> list[ProtocolMember]:
     return [
         ProtocolMember(
-            mid, None, mid.encode(), frozenset({LEADER}) if mid == holder else frozenset(), 5
+            mid,
+            None,
+            LeaderElection(info=mid.encode()).metadata(),
+            frozenset({LEADER}) if mid == holder else frozenset(),
+            5,
         )
         for mid in ("m-b", "m-a", "m-c")
     ]
@@ -277,3 +281,33 @@ def test_the_guides_own_protocol_example_runs() -> None:
     )
     assert decode_assignment(out["a"]).items == {"slot-0", "slot-1"}
     assert decode_assignment(out["b"]).items == {"slot-2"}
+
+
+def test_a_static_leader_with_a_new_member_id_asks_for_a_rebalance() -> None:
+    """KIP-345: a static leader restarted within its session gets its stored assignment
+    back under a new member id, with no rebalance; the data names the old id. It asks for
+    one rebalance so that every member learns the new id (simulation seed 246)."""
+    leader = LeaderElection()
+    stored = leader.assign([ProtocolMember("i1-old", "i1", b"", frozenset(), -1), pm("m-2")])[
+        "i1-old"
+    ]
+    embedding = ProtocolEmbedding(LeaderElection())
+    completion = embedding.complete(
+        Generation(4, "i1-new", "sticky-leader"), encode_assignment(stored)
+    )
+    assert completion.rejoin_reason is not None and "member id changed" in completion.rejoin_reason
+    same = ProtocolEmbedding(LeaderElection())
+    assert (
+        same.complete(
+            Generation(4, "i1-old", "sticky-leader"), encode_assignment(stored)
+        ).rejoin_reason
+        is None
+    )
+    follower = ProtocolEmbedding(LeaderElection())
+    other = leader.assign([ProtocolMember("i1-old", "i1", b"", frozenset(), -1), pm("m-2")])["m-2"]
+    assert (
+        follower.complete(
+            Generation(4, "m-2", "sticky-leader"), encode_assignment(other)
+        ).rejoin_reason
+        is None
+    )
