@@ -125,7 +125,15 @@ async def test_kafka_restart_keeps_committed_offsets(
     )
     await consumer.start()
     try:
-        assert await consumer.committed(tp) == 42
+        # Right after a restart the coordinator may still be loading the offsets topic
+        # (aiokafka then answers None): ask again until it answers, within a deadline.
+        committed = None
+        async with asyncio.timeout(60):
+            while committed is None:
+                committed = await consumer.committed(tp)
+                if committed is None:
+                    await asyncio.sleep(0.2)
+        assert committed == 42
     finally:
         await consumer.stop()
 
