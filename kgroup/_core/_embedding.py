@@ -235,15 +235,9 @@ class ConsumerEmbedding:
             return Completion(
                 rejoin_reason="received assignment does not match the current subscription"
             )
-        calls: list[ListenerCall] = []
-        rejoin = None
-        if self.rebalance_protocol is RebalanceProtocol.COOPERATIVE:
-            revoked = self.owned - assigned
-            if revoked:
-                calls.append(ListenerCall("on_partitions_revoked", revoked))
-                rejoin = "need to revoke partitions and re-join"
-            elif self.claimed - assigned:
-                rejoin = CLAIMS_LOST_REJOIN
+        calls, rejoin = cooperative_revocation(
+            self.rebalance_protocol, self.owned, self.claimed, assigned, "partitions"
+        )
         added = assigned - self.owned
         for assignor in self.assignors:
             if assignor.name == generation.protocol_name:
@@ -256,9 +250,36 @@ class ConsumerEmbedding:
     def release(self, *, lost: bool) -> tuple[ListenerCall, ...]:
         """Leave (close/unsubscribe): lost or revoked, only when something is owned."""
         owned, self.owned = self.owned, frozenset()
-        if not owned:
-            return ()
-        return (ListenerCall("on_partitions_lost" if lost else "on_partitions_revoked", owned),)
+        return release_calls(owned, lost=lost)
+
+
+def cooperative_revocation(
+    protocol: RebalanceProtocol,
+    owned: frozenset[Any],
+    claimed: frozenset[Any],
+    assigned: frozenset[Any],
+    what: str,
+) -> tuple[list[ListenerCall], str | None]:
+    """§6.4 step 5 for either embedding (``what``: "partitions" or "items"): under
+    COOPERATIVE, revoke ``owned - assigned`` and rejoin; or rejoin when the assignment
+    leaves out claims lost mid-join (:data:`CLAIMS_LOST_REJOIN`). Nothing under EAGER."""
+    if protocol is not RebalanceProtocol.COOPERATIVE:
+        return [], None
+    revoked = owned - assigned
+    if revoked:
+        return [
+            ListenerCall("on_partitions_revoked", revoked)
+        ], f"need to revoke {what} and re-join"
+    if claimed - assigned:
+        return [], CLAIMS_LOST_REJOIN
+    return [], None
+
+
+def release_calls(owned: frozenset[Any], *, lost: bool) -> tuple[ListenerCall, ...]:
+    """Leaving: one lost or revoked call for what is owned, none when nothing is."""
+    if not owned:
+        return ()
+    return (ListenerCall("on_partitions_lost" if lost else "on_partitions_revoked", owned),)
 
 
 def _check_cooperative(

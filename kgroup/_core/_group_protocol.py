@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from .._errors import AssignmentError, ConfigError, RemoteProtocolError
 from ._assignors import RebalanceProtocol
 from ._consumer_protocol import Reader, pack_int32, write_bytes, write_string
-from ._embedding import CLAIMS_LOST_REJOIN, Completion, ListenerCall
+from ._embedding import Completion, ListenerCall, cooperative_revocation, release_calls
 from ._messages import JoinGroupMember
 from ._state import Generation
 
@@ -266,15 +266,9 @@ class ProtocolEmbedding:
         except RemoteProtocolError as exc:
             raise AssignmentError(f"malformed assignment from the leader: {exc}") from exc
         assigned = assignment.items
-        calls: list[ListenerCall] = []
-        rejoin = None
-        if self.cooperative:
-            revoked = self.owned - assigned
-            if revoked:
-                calls.append(ListenerCall("on_partitions_revoked", revoked))
-                rejoin = "need to revoke items and re-join"
-            elif self.claimed - assigned:
-                rejoin = CLAIMS_LOST_REJOIN  # as for partitions: see its DEVIATION note
+        calls, rejoin = cooperative_revocation(
+            self.rebalance_protocol, self.owned, self.claimed, assigned, "items"
+        )
         added = assigned - self.owned
         self.protocol.on_assignment(assignment, generation.generation_id)
         rejoin = rejoin or self.protocol.rebalance_needed(generation.member_id)
@@ -284,9 +278,7 @@ class ProtocolEmbedding:
 
     def release(self, *, lost: bool) -> tuple[ListenerCall, ...]:
         owned, self.owned = self.owned, frozenset()
-        if not owned:
-            return ()
-        return (ListenerCall("on_partitions_lost" if lost else "on_partitions_revoked", owned),)
+        return release_calls(owned, lost=lost)
 
 
 def withhold_moves(
