@@ -17,7 +17,7 @@ from ._actions import (
     PollTimeoutLeave,
     SendHeartbeat,
 )
-from ._lease import LeaseRules
+from ._lease import SESSION_TIMED_OUT, LeaseRules
 from ._messages import HeartbeatRequest, HeartbeatResponse
 from ._reactions import Api, Reaction, reaction_for, unhandled
 from ._state import Generation, MemberState
@@ -63,9 +63,7 @@ class HeartbeatDriver(LeaseRules):
             )
         timers = self.timers
         if timers.session.expired(now):
-            self.mark_coordinator_unknown(
-                "session timed out without receiving a heartbeat response"
-            )
+            self.mark_coordinator_unknown(SESSION_TIMED_OUT)
             return HeartbeatFindCoordinator(
                 _earliest(max(now + backoff, self._find_retry_at), lease_wake)
             )
@@ -105,7 +103,7 @@ class HeartbeatDriver(LeaseRules):
         proof = self._heartbeat_sent_at(sent)
         reaction = reaction_for(Api.HEARTBEAT, code, sent=sent, current=self.generation)
         if reaction is Reaction.OK:
-            timers.received(now)
+            timers.received(now, proof[0] if proof is not None else None)
             if proof is not None:
                 self.lease.prove_session(proof[0])
                 if proof[1]:
@@ -115,7 +113,7 @@ class HeartbeatDriver(LeaseRules):
             return
         if reaction is Reaction.REBALANCING or reaction is Reaction.IGNORE:
             # Counts as a successful heartbeat: the session stays alive until we rejoin.
-            timers.received(now)
+            timers.received(now, proof[0] if proof is not None else None)
             if proof is not None:
                 self.lease.prove_session(proof[0])
                 self._lease_renewed(now)

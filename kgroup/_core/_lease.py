@@ -64,9 +64,12 @@ it gives up on.
 from __future__ import annotations
 
 from ._base import MemberBase
-from ._state import CHAIN_SYNCED, ChainPhase, Generation
+from ._state import CHAIN_SYNCED, ChainPhase, Generation, MemberState
 
-__all__ = ["LeaseRules"]
+__all__ = ["SESSION_TIMED_OUT", "LeaseRules"]
+
+#: The reason of ``member.coordinator_lost`` when the client-side session timer runs out.
+SESSION_TIMED_OUT = "session timed out without receiving a heartbeat response"
 
 
 class LeaseRules(MemberBase):
@@ -136,7 +139,26 @@ class LeaseRules(MemberBase):
             late_ms=now - deadline,
         )
         self.request_rejoin("the member's lease expired")
+        if deadline == lease.session_deadline(self._created_at) and self._session_timer_due():
+            # DEVIATION (lease, deviations.md row 10): the client-side session timer runs out
+            # one round trip after the lease; it is applied now, or the rejoin requested
+            # above could disable heartbeats first and a coordinator that stopped answering
+            # them would stay known.
+            self.mark_coordinator_unknown(SESSION_TIMED_OUT)
         return True
+
+    def _session_timer_due(self) -> bool:
+        """Whether the heartbeat driver checks the client-side session timer now and it is
+        certain to run out within one round trip: it was last reset by the answer to the
+        heartbeat whose send time is the lease's session proof."""
+        timers = self.timers
+        return (
+            self.heartbeat_enabled
+            and self._fatal is None
+            and self.state not in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE)
+            and timers.session_reset_by is not None
+            and timers.session_reset_by == self.lease.session_proof
+        )
 
     def _lease_renew_at(self) -> float | None:
         """When to send a heartbeat early because the lease's session proof runs out within

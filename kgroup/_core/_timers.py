@@ -94,6 +94,7 @@ class HeartbeatTimers:
         "last_heartbeat_sent",
         "poll",
         "session",
+        "session_reset_by",
     )
 
     def __init__(
@@ -116,16 +117,21 @@ class HeartbeatTimers:
         self.in_flight = False
         self.last_heartbeat_sent: float | None = None
         self.last_heartbeat_received: float | None = None
+        #: The send time of the heartbeat whose answer last reset the session timer (None:
+        #: the last reset was a discovery, an enable, or an answer that proves nothing).
+        self.session_reset_by: float | None = None
 
     def sent(self, now: float) -> None:
         self.heartbeat.reset(now, self._interval)
         self.in_flight = True
         self.last_heartbeat_sent = now
 
-    def received(self, now: float) -> None:
-        """A heartbeat succeeded (or answered REBALANCE_IN_PROGRESS, which counts as alive)."""
+    def received(self, now: float, sent_at: float | None = None) -> None:
+        """A heartbeat succeeded (or answered REBALANCE_IN_PROGRESS, which counts as alive);
+        ``sent_at``: its send time, when its answer proves the session (the lease)."""
         self.in_flight = False
         self.session.reset(now, self._session)
+        self.session_reset_by = sent_at
         self.attempts = 0
         self.last_heartbeat_received = now
 
@@ -136,11 +142,13 @@ class HeartbeatTimers:
 
     def reset_session(self, now: float) -> None:
         self.session.reset(now, self._session)
+        self.session_reset_by = None
 
     def reset_all(self, now: float) -> None:
         """Enable: heartbeat, session and poll timers all start afresh (after JoinGroup)."""
         self.heartbeat.reset(now, self._interval)
         self.session.reset(now, self._session)
+        self.session_reset_by = None
         self.poll.reset(now, self._max_poll)
         self.in_flight = False
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from kgroup._core._embedding import ListenerCall
+from kgroup._core._lease import SESSION_TIMED_OUT
 from kgroup._core._member import (
     AwaitJoin,
     AwaitLeaseProof,
@@ -227,6 +228,70 @@ def test_heartbeat_driver_wakes_at_the_deadline(make_harness) -> None:
     h.at(10_000)
     assert isinstance(h.hb(), HeartbeatWait | HeartbeatFindCoordinator)
     assert expirations(h) == [10_000]
+
+
+def lost_reasons(h: Any) -> list[str]:
+    return [e["reason"] for e in h.events_named("member.coordinator_lost")]
+
+
+def test_session_bound_expiry_applies_the_session_timer_at_once(make_harness) -> None:
+    """C25 with a round trip: the last heartbeat answered NONE was sent at 3 000 and received
+    at 3 050, then every heartbeat fails retriably. The lease ends at 3 000 + session, one
+    round trip before the client-side session timer (3 050 + session). Whichever task
+    checks the lease first (here the application's poll, which goes on to rejoin and
+    disables heartbeats), the coordinator is marked unknown for the session at that moment;
+    otherwise the rejoin could go to a coordinator that stopped answering, unnoticed."""
+    h = leased(make_harness, heartbeat_interval_ms=3_000)
+    h.stable("X", generation=2, owned=h.tps("t", 0))
+    h.at(3_000)
+    sent = h.hb_send()
+    h.at(3_050)
+    h.hb_respond(sent)
+    for t in range(6_000, SESSION + 3_000, 3_000):
+        h.at(t)
+        h.hb_respond(h.hb_send(), E.COORDINATOR_LOAD_IN_PROGRESS)
+    assert h.core.timers.session.deadline == 3_050 + SESSION
+    h.at(3_000 + SESSION)
+    h.poll()
+    assert expirations(h) == [3_000 + SESSION]
+    assert lost_reasons(h) == [SESSION_TIMED_OUT]
+    assert h.core.coordinator is None
+    assert h.core.generation == Generation(2, "X", "range")  # not a leave, not a reset
+    assert h.expect(PrepareJoin).lost
+    h.embedding.prepare(lost=True)
+    assert isinstance(h.action(), FindCoordinator)  # rediscovery before the rejoin
+    h.at(3_050 + SESSION)
+    h.hb()  # the heartbeat driver's own session check finds nothing left to do
+    assert len(lost_reasons(h)) == 1
+
+
+def test_other_lease_bounds_leave_the_coordinator_known(make_harness) -> None:
+    """The poll bound (and the rebalance bound) say nothing about the coordinator."""
+    h = leased(make_harness, max_poll_interval_ms=20_000, session_timeout_ms=30_000)
+    h.stable("X", generation=1, owned=h.tps("t", 0))
+    log = h.run_heartbeats(until=60_000)
+    assert log.leave is not None
+    assert expirations(h) == [20_000]
+    assert lost_reasons(h) == []
+
+
+def test_session_bound_expiry_while_rejoining_is_only_the_lease(
+    make_harness, coop_assignor
+) -> None:
+    """A cooperative member holds its partitions through a rejoin while its heartbeats are
+    disabled: the session timer does not run then, so the lease's end does not mark the
+    coordinator unknown (the JoinGroup in flight answers for the coordinator)."""
+    h = leased(make_harness, assignors=(coop_assignor,))
+    h.stable("X", generation=1, owned=h.tps("t", 0))
+    h.core.request_rejoin("test")
+    h.poll()
+    h.prepare(lost=False)
+    h.send_join()
+    assert h.state is S.PREPARING_REBALANCE
+    h.at(SESSION)
+    h.poll()
+    assert expirations(h) == [SESSION]
+    assert lost_reasons(h) == []
 
 
 def test_disabled_heartbeat_driver_still_wakes_for_the_lease(make_harness) -> None:
