@@ -15,8 +15,8 @@ Each input goes to kgroup's assignor and to Java's, in one long-lived JVM.
   assignor throws or breaks the rules (cases pinned at the end), only validity counts.
 
 Where kgroup does worse than Java, the property is a strict xfail naming a minimal case
-(``EXTRA_SLOT_NOT_TO_OWNER`` and its neighbours below); where kgroup and Java order members
-differently, so is ``test_member_ids_sort_in_java_string_order``.
+(``EXTRA_SLOT_NOT_TO_OWNER`` and its neighbours below). Member ids sort as Java strings
+do (``test_member_ids_sort_in_java_string_order``).
 
 Hypothesis drives the property tests (derandomized, so a run is reproducible; shrinking
 gives minimal cases); a seeded sweep sends a larger batch to the JVM in one round trip.
@@ -418,19 +418,13 @@ def test_kgroup_against_java_seeded_sweep(sweep: _Sweep, assignor: str, prop: Pr
     )
 
 
-# --- where kgroup and Java are known to disagree -------------------------------------------
+# --- member order ----------------------------------------------------------------------------
+#
+# Java's MemberInfo compares ids with String.compareTo, by UTF-16 code unit: '\U0001f600'
+# (surrogates D83D DE00) sorts before '\ue000', though its code point is larger. Member ids
+# are <client.id>-<uuid> and client.id is free-form, so kgroup sorts the same way.
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason=(
-        "kgroup orders member ids by code point (Python str order); Java's MemberInfo "
-        "compares UTF-16 code units, which differs when a character outside the BMP meets "
-        "one in U+E000-U+FFFF: Java puts '\\U0001f600' (surrogates D83D DE00) before "
-        "'\\ue000', Python after. Member ids are <client.id>-<uuid> and client.id is free-form."
-    ),
-)
 @pytest.mark.parametrize("assignor", EXACT)
 def test_member_ids_sort_in_java_string_order(oracle: AssignorOracle, assignor: str) -> None:
     s = Scenario(
