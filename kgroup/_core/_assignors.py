@@ -10,9 +10,10 @@ functions of their inputs.
 
 Member order (both built-ins, §7.3): static members (``group_instance_id`` set) first,
 ordered by instance id, then dynamic members ordered by member id, so static ids keep their
-assignment across restarts. Ids compare as Java strings do, by UTF-16 code unit. Topics are processed in name order and every Assignment lists its
-partitions sorted by (topic, partition), so the same input always gives the same output
-(a leader that produced a different answer each time would cause needless partition moves).
+assignment across restarts; ids compare as Java strings do, by UTF-16 code unit. Topics are
+processed in name order and every Assignment lists its partitions sorted by (topic,
+partition), so the same input always gives the same output (a leader that produced a
+different answer each time would cause needless partition moves).
 
 Not covered here: rack-aware assignment (KIP-881), which needs replica racks the assign
 signature does not carry; the sticky / cooperative-sticky assignors are in
