@@ -22,15 +22,17 @@ Contract (§7.3):
    (§7.6). Under EAGER (``[cooperative-sticky, range]``) members claim nothing, so nothing is
    withheld.
 
-Algorithm. Valid claims are kept first. When every member has the same subscription, the
-quotas are ``floor``/``ceil`` of the average and the ``ceil`` ones go to the members that
-claim the most (which keeps the most claims); free partitions are then dealt round-robin to
-the members below quota. Otherwise the assignment is computed as counts per (member, topic):
-free partitions go one by one to the eligible member holding the fewest, then units are
-shifted along chains of members (``u`` hands a partition to ``w``, ``w`` one to ``v``, ...)
-from a member to one holding at least two fewer until no such chain exists, which is the
-optimum of the sum of squares. Chains that move only unclaimed units are exhausted before any
-claim is broken, so a claim moves only when balance needs it. Every choice follows member order
+Algorithm. The assignment is decided as counts per (member, topic) of three kinds: claims
+kept, free partitions (nobody claims them) and moved ones (another member claims them; under
+``cooperative-sticky`` they are withheld this generation). :class:`~kgroup._core._sticky_plan.Plan`
+optimises the counts exactly, as a min-cost flow solved by cancelling negative cycles, for
+(1) balance: the minimal sum of squares of the member counts, (2) the most claims kept, then
+the tie-breaks (3) equal counts for members with the same subscription and (4) a balanced
+first round (the sum of squares of kept + free). The start is a greedy fill balanced along
+chains of members. Equal counts within a subscription are a subset-sum choice, which
+:class:`_TieBreak` searches with a bounded number of runs. The counts then become
+partitions: each member keeps its first claims, and free then moved partitions are dealt
+round-robin in member order. Every choice follows member order
 (:func:`~kgroup._core._assignors.sort_members`) and (topic, partition) order, never hash
 order, so equal input gives equal output. A compatible implementation need not reproduce
 Java's placement: only the leader's output matters (§7.3).

@@ -10,7 +10,9 @@ output is ``kept + free`` and its target ``kept + free + moved``.
 :class:`Plan` finds the counts that minimise, in this order of priority:
 
 1. the sum of squares of the targets (balance: identical subscriptions differ by at most
-   one, and no chain of members can pass a partition to one holding two fewer);
+   one, and no chain of members can pass a partition to one holding two fewer).
+   DEVIATION (spec §7.3): Java's general path stops when no single partition can move to
+   a member holding two fewer, and can keep claims a chain of moves would take;
 2. minus the claims kept (stickiness: fewest moves, fewest withheld);
 3. a linear preference over the targets (``target_rank``), which the caller uses to choose
    which members get the larger share where balance leaves the choice open;

@@ -561,10 +561,22 @@ def test_kgroup_is_valid_where_java_is_not(
     check(VALID_PROPERTY, assignor, s, run_kgroup(assignor, s), java)
 
 
-# --- where Java moves fewer by staying less balanced: kgroup balances ----------------------
+# --- where kgroup deviates from Java by design ----------------------------------------------
 #
-# By design (docs/design/deviations.md, row 9). The test asserts that Java still makes the
-# trade (drop the case when a Kafka upgrade stops it) and that kgroup does not.
+# docs/design/deviations.md, rows 7 and 9: each test asserts that Java still does what the
+# row says (drop the case when a Kafka upgrade changes it) and that kgroup does not.
+
+
+def test_kgroup_withholds_a_contested_partition(oracle: AssignorOracle) -> None:
+    s = CONTESTED_CLAIM
+    ours = run_kgroup("cooperative-sticky", s)
+    java = run_java(oracle, "cooperative-sticky", s)
+    assert not isinstance(java, JavaRejected)
+    assert TP("t0", 0) in java.output["m0"]
+    assert all(TP("t0", 0) not in tps for tps in ours.output.values())
+    assert withhold_contested(s, java.output)["m0"] == [
+        tp for tp in java.output["m0"] if tp != TP("t0", 0)
+    ]
 
 
 @pytest.mark.parametrize("assignor", STICKY)
