@@ -295,7 +295,8 @@ def withholds_less(name: str, s: Scenario, ours: Answer, java: Answer | JavaReje
 #
 # Minimal cases (found by the sweep, minimized by ``_scenarios.minimize``) of what kgroup's
 # sticky assignors got wrong before their count model was exact. They run first as explicit
-# Hypothesis examples on every property; tests/unit/test_sticky.py has each by name.
+# Hypothesis examples on every property; tests/unit/test_sticky_java_cases.py has each by
+# name.
 
 TP = TopicPartition
 
