@@ -280,7 +280,7 @@ class _TieBreak:
         self.shared = [g for g in groups if len(g) > 1]
         self.members = sum(len(g) for g in groups)
         size = self.members * max(1, len(plan.topics))
-        self.budget = max(8, min(200, 20000 // size))
+        self.budget = min(200, 40000 // size)
 
     def run(self) -> Plan:
         plan = self.plan.copy()
@@ -326,8 +326,9 @@ class _TieBreak:
         return plan, best, preference
 
     def _candidates(self, counts: Sequence[int]) -> list[_Preference]:
-        """(groups preferred, groups last): each unequal group first, then last; then the
-        sets of groups, at a count level, whose sizes add up to the larger shares there."""
+        """(groups preferred, groups last): each unequal group first, then last; the sets
+        of groups, at a count level, whose sizes add up to the larger shares there; then
+        each unequal group first with each other group last."""
         uneven = [g for g in self.shared if len({counts[i] for i in g}) > 1]
         found: list[_Preference] = []
         for group in uneven:
@@ -335,9 +336,12 @@ class _TieBreak:
         for low in sorted({min(counts[i] for i in g) for g in uneven}):
             pool = [g for g in self.groups if {counts[i] for i in g} <= {low, low + 1}]
             larger = sum(1 for g in pool for i in g if counts[i] == low + 1)
-            for chosen in _subsets_with_sum([len(g) for g in pool], larger, limit=8):
+            for chosen in _subsets_with_sum([len(g) for g in pool], larger, limit=64):
                 first = [pool[k] for k in chosen]
                 found.append((first, [g for g in pool if g not in first]))
+        # Where no group can be made equal, a spread can still move to a smaller one.
+        for group in uneven:
+            found += [([group], [other]) for other in self.groups if other is not group]
         return found
 
     def _target_rank(self, preference: _Preference | None) -> list[int] | None:

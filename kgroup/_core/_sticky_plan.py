@@ -102,57 +102,66 @@ class Plan:
         w_kept = w_target_rank * (2 * n + 3)
         w_target = w_kept * (n + 2)
         target_cost = [0] * len(self.kept) if target_rank is None else target_rank
+        ranks = ([r * w_target_rank for r in target_cost], output_rank)
         weights = (w_target, w_kept, w_output)
-        nodes = 1 + 2 * len(self.kept) + 2 * len(self.topics)
+        members = range(len(self.kept))
+        per_member = [self._arcs(u, weights, ranks) for u in members]
+        # Distances carry over from one search to the next: a push changes few arcs, and
+        # any labels that no arc can lower prove that no negative cycle is left.
+        distance = [0] * (1 + 2 * len(self.kept) + 2 * len(self.topics))
         while True:
-            arcs = self._arcs(weights, [r * w_target_rank for r in target_cost], output_rank)
-            cycle = _negative_cycle(nodes, arcs)
+            cycle = _negative_cycle(distance, [arc for arcs in per_member for arc in arcs])
             if cycle is None:
                 return
-            self._push(cycle)
+            for u in self._push(cycle):
+                per_member[u] = self._arcs(u, weights, ranks)
 
     def _arcs(
-        self, weights: tuple[int, int, int], target_rank: Sequence[int], output_rank: Sequence[int]
+        self,
+        u: int,
+        weights: tuple[int, int, int],
+        ranks: tuple[Sequence[int], Sequence[int]],
     ) -> list[_Arc]:
-        """The residual graph. Nodes: 0 the source, then per member its target node and its
-        output node, then per topic its free pool and its moved pool. ``take`` arcs run from
-        a member to a pool, ``give`` arcs back."""
+        """Member ``u``'s arcs of the residual graph. Nodes: 0 the source, then per member
+        its target node and its output node, then per topic its free pool and its moved
+        pool. ``take`` arcs run from a member to a pool, ``give`` arcs back."""
         w_target, w_kept, w_output = weights
+        target_rank, output_rank = ranks[0][u], ranks[1][u]
         members, topics = len(self.kept), len(self.topics)
         free_pool, moved_pool = 1 + 2 * members, 1 + 2 * members + topics
         arcs: list[_Arc] = []
         add = arcs.append
-        for u in range(members):
-            target, output = 1 + u, 1 + members + u
-            kept, free, moved, claims = self.kept[u], self.free[u], self.moved[u], self.claims[u]
-            o = sum(kept.values()) + sum(free.values())
-            x = o + sum(moved.values())
-            # Convex: the next unit costs w * (2x + 1), the last one given back w * (2x - 1).
-            grow, shrink = w_target * (2 * x + 1), w_target * (2 * x - 1)
-            add((0, target, grow + target_rank[u], _INFINITE, w_target, _NOTHING, u, ""))
-            if x:
-                add((target, 0, -shrink - target_rank[u], x, w_target, _NOTHING, u, ""))
-            grow, shrink = w_output * (2 * o + 1), w_output * (2 * o - 1)
-            add((target, output, grow + output_rank[u], _INFINITE, w_output, _NOTHING, u, ""))
-            if o:
-                add((output, target, -shrink - output_rank[u], o, w_output, _NOTHING, u, ""))
-            for index, t in self._member_topics[u]:
-                fp, mp = free_pool + index, moved_pool + index
-                add((target, mp, 0, _INFINITE, 0, _TAKE_MOVED, u, t))
-                if moved[t]:
-                    add((mp, target, 0, moved[t], 0, _GIVE_MOVED, u, t))
-                add((output, fp, 0, _INFINITE, 0, _TAKE_FREE, u, t))
-                if free[t]:
-                    add((fp, output, 0, free[t], 0, _GIVE_FREE, u, t))
-                unkept = claims.get(t, 0) - kept[t]
-                if unkept:  # it takes back one of its claims from whoever holds it
-                    add((output, mp, -w_kept, unkept, 0, _KEEP, u, t))
-                if kept[t]:  # it lets one of its claims go to whoever takes a moved unit
-                    add((mp, output, w_kept, kept[t], 0, _RELEASE, u, t))
+        target, output = 1 + u, 1 + members + u
+        kept, free, moved, claims = self.kept[u], self.free[u], self.moved[u], self.claims[u]
+        o = sum(kept.values()) + sum(free.values())
+        x = o + sum(moved.values())
+        # Convex: the next unit costs w * (2x + 1), the last one given back w * (2x - 1).
+        grow, shrink = w_target * (2 * x + 1), w_target * (2 * x - 1)
+        add((0, target, grow + target_rank, _INFINITE, w_target, _NOTHING, u, ""))
+        if x:
+            add((target, 0, -shrink - target_rank, x, w_target, _NOTHING, u, ""))
+        grow, shrink = w_output * (2 * o + 1), w_output * (2 * o - 1)
+        add((target, output, grow + output_rank, _INFINITE, w_output, _NOTHING, u, ""))
+        if o:
+            add((output, target, -shrink - output_rank, o, w_output, _NOTHING, u, ""))
+        for index, t in self._member_topics[u]:
+            fp, mp = free_pool + index, moved_pool + index
+            add((target, mp, 0, _INFINITE, 0, _TAKE_MOVED, u, t))
+            if moved[t]:
+                add((mp, target, 0, moved[t], 0, _GIVE_MOVED, u, t))
+            add((output, fp, 0, _INFINITE, 0, _TAKE_FREE, u, t))
+            if free[t]:
+                add((fp, output, 0, free[t], 0, _GIVE_FREE, u, t))
+            unkept = claims.get(t, 0) - kept[t]
+            if unkept:  # it takes back one of its claims from whoever holds it
+                add((output, mp, -w_kept, unkept, 0, _KEEP, u, t))
+            if kept[t]:  # it lets one of its claims go to whoever takes a moved unit
+                add((mp, output, w_kept, kept[t], 0, _RELEASE, u, t))
         return arcs
 
-    def _push(self, cycle: Sequence[_Arc]) -> None:
-        """Move along a negative cycle as many units as keep each one's cost negative."""
+    def _push(self, cycle: Sequence[_Arc]) -> set[int]:
+        """Move along a negative cycle as many units as keep each one's cost negative;
+        returns the members whose counts changed."""
         cost = sum(arc[2] for arc in cycle)
         slope = sum(arc[4] for arc in cycle)
         amount = min(arc[3] for arc in cycle)
@@ -171,15 +180,16 @@ class Plan:
                 self.kept[u][t] += amount
             elif kind == _RELEASE:
                 self.kept[u][t] -= amount
+        return {arc[6] for arc in cycle}
 
 
-def _negative_cycle(nodes: int, arcs: Sequence[_Arc]) -> list[_Arc] | None:
-    """A negative-cost cycle of ``arcs``, or None. Bellman-Ford from a virtual root at
-    distance 0 to every node; after each pass a cycle in the predecessor graph, which is
-    always negative, is returned."""
-    distance = [0] * nodes
+def _negative_cycle(distance: list[int], arcs: Sequence[_Arc]) -> list[_Arc] | None:
+    """A negative-cost cycle of ``arcs``, or None. Bellman-Ford from the given labels
+    (lowered in place); after each pass a cycle in the predecessor graph, which is always
+    negative, is returned. When no arc lowers a label, none is left."""
+    nodes = len(distance)
     parent = [-1] * nodes  # index of the arc that last lowered the node's distance
-    for _ in range(nodes + 1):
+    for _ in range(nodes + 2):
         changed = False
         for index, arc in enumerate(arcs):
             d = distance[arc[0]] + arc[2]
