@@ -268,10 +268,13 @@ class _TieBreak:
     round's output (``cooperative-sticky``), whose sum of squares is minimal.
 
     Which members with equal subscriptions can all get the larger share is a subset-sum
-    question: the optimiser is run with candidate preferences (one group first or last, or
-    a set of groups whose sizes add up to the number of larger shares), and the best plan
-    by (unequal targets in a group, output sum of squares, unequal outputs in a group)
-    wins. The number of runs is bounded, so the search is a best effort on large groups.
+    question: the optimiser is run again with candidate preferences (an unequal group first
+    or last, or first with another group last, or the groups whose sizes add up to the
+    number of larger shares at a count level), and the best plan by (spreads of the
+    targets within groups, output sum of squares, spreads of the outputs within groups,
+    each set of spreads compared worst first) wins. The number of runs is bounded by the
+    size of the group, so on large groups with many distinct subscriptions the search is a
+    best effort, or skipped.
     """
 
     def __init__(self, plan: Plan, groups: list[list[int]]) -> None:

@@ -19,14 +19,15 @@ output is ``kept + free`` and its target ``kept + free + moved``.
 4. the sum of squares of the outputs (the first round of a cooperative rebalance);
 5. a linear preference over the outputs (``output_rank``).
 
-These are one min-cost flow: a source feeds each member's target node (cost 1, 3),
-which feeds its output node (cost 4, 5) or takes ``moved`` units of a topic; the output
-node takes ``free`` units or its own claims (cost 2). The priorities become one integer cost
-with weights far enough apart, and :meth:`Plan.optimise` cancels negative cycles in the
-residual graph (Bellman-Ford, predecessor-graph cycle check after each pass), moving as
-many units along each cycle as keep it negative, until none is left: then the counts are
-optimal (the negative-cycle optimality condition of min-cost flow). The start is
-:func:`initial_counts`, a greedy fill balanced along chains, already optimal for 1.
+These are one min-cost flow: a source feeds each member's target node (priorities 1 and
+3), which feeds the member's output node (4 and 5) or takes ``moved`` units of a topic; the
+output node takes ``free`` units or the member's own claims (2). The priorities become one
+integer cost, with weights far enough apart that a higher one always decides, and
+:meth:`Plan.optimise` cancels negative cycles of the residual graph (Bellman-Ford with a
+predecessor-graph cycle check after each pass), moving as many units along each cycle as
+keep it negative, until none is left: then the counts are optimal (the negative-cycle
+optimality condition of min-cost flow). The start is :func:`initial_counts`, a greedy
+fill balanced along chains, already optimal for 1.
 """
 
 from __future__ import annotations
