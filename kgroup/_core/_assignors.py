@@ -10,9 +10,10 @@ functions of their inputs.
 
 Member order (both built-ins, §7.3): static members (``group_instance_id`` set) first,
 ordered by instance id, then dynamic members ordered by member id, so static ids keep their
-assignment across restarts. Topics are processed in name order and every Assignment lists its
-partitions sorted by (topic, partition), so the same input always gives the same output
-(a leader that produced a different answer each time would cause needless partition moves).
+assignment across restarts; ids compare as Java strings do, by UTF-16 code unit. Topics are
+processed in name order and every Assignment lists its partitions sorted by (topic,
+partition), so the same input always gives the same output (a leader that produced a
+different answer each time would cause needless partition moves).
 
 Not covered here: rack-aware assignment (KIP-881), which needs replica racks the assign
 signature does not carry; the sticky / cooperative-sticky assignors are in
@@ -138,10 +139,21 @@ def sort_members(members: Iterable[MemberSubscription]) -> list[MemberSubscripti
     return ordered
 
 
-def _member_key(member: MemberSubscription) -> tuple[int, str, str]:
+def _java_order(value: str) -> bytes:
+    """A key that sorts strings as Java's ``String.compareTo`` does: by UTF-16 code unit.
+
+    Python compares code points, which differs where a character outside the BMP (a
+    surrogate pair, D800-DFFF) meets one in U+E000-U+FFFF. Big-endian UTF-16 bytes compare
+    like the code units they encode.
+    """
+    return value.encode("utf-16-be", "surrogatepass")
+
+
+def _member_key(member: MemberSubscription) -> tuple[int, bytes, bytes]:
+    """The sort key of :func:`sort_members`: Java's ``MemberInfo.compareTo`` (§7.3)."""
     if member.group_instance_id is not None:
-        return (0, member.group_instance_id, member.member_id)
-    return (1, member.member_id, "")
+        return (0, _java_order(member.group_instance_id), _java_order(member.member_id))
+    return (1, _java_order(member.member_id), b"")
 
 
 def _assignable_topics(

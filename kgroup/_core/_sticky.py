@@ -22,15 +22,17 @@ Contract (§7.3):
    (§7.6). Under EAGER (``[cooperative-sticky, range]``) members claim nothing, so nothing is
    withheld.
 
-Algorithm. Valid claims are kept first. When every member has the same subscription, the
-quotas are ``floor``/``ceil`` of the average and the ``ceil`` ones go to the members that
-claim the most (which keeps the most claims); free partitions are then dealt round-robin to
-the members below quota. Otherwise the assignment is computed as counts per (member, topic):
-free partitions go one by one to the eligible member holding the fewest, then units are
-shifted along chains of members (``u`` hands a partition to ``w``, ``w`` one to ``v``, ...)
-from a member to one holding at least two fewer until no such chain exists, which is the
-optimum of the sum of squares. Chains that move only unclaimed units are exhausted before any
-claim is broken, so a claim moves only when balance needs it. Every choice follows member order
+Algorithm. The assignment is decided as counts per (member, topic) of three kinds: claims
+kept, free partitions (nobody claims them) and moved ones (another member claims them; under
+``cooperative-sticky`` they are withheld this generation). :class:`~kgroup._core._sticky_plan.Plan`
+optimises the counts exactly, as a min-cost flow solved by cancelling negative cycles, for
+(1) balance: the minimal sum of squares of the member counts, (2) the most claims kept, then
+the tie-breaks (3) equal counts for members with the same subscription and (4) a balanced
+first round (the sum of squares of kept + free). The start is a greedy fill balanced along
+chains of members. Equal counts within a subscription are a subset-sum choice, which
+:class:`_TieBreak` searches with a bounded number of runs. The counts then become
+partitions: each member keeps its first claims, and free then moved partitions are dealt
+round-robin in member order. Every choice follows member order
 (:func:`~kgroup._core._assignors.sort_members`) and (topic, partition) order, never hash
 order, so equal input gives equal output. A compatible implementation need not reproduce
 Java's placement: only the leader's output matters (§7.3).
@@ -51,6 +53,7 @@ from kgroup._core._assignors import (
     sort_members,
 )
 from kgroup._core._consumer_protocol import Assignment, TopicPartition
+from kgroup._core._sticky_plan import Plan, initial_counts
 from kgroup._core._sticky_user_data import (
     NO_GENERATION,
     decode_cooperative_sticky_user_data,
@@ -84,7 +87,7 @@ class _AbstractStickyAssignor(BaseAssignor):
         ordered = sort_members(members)
         claims = [self._claim(m) for m in ordered]
         owners = _resolve_claims(claims)
-        target = _sticky_target(partitions_per_topic, ordered, claims, owners)
+        target = _sticky_target(partitions_per_topic, ordered, owners)
         if self._withhold_moves():
             # §7.6: a partition goes only to its previous owner, or to nobody while another
             # member (any claimant but the unique highest-generation one) still holds it.
@@ -204,7 +207,6 @@ def _valid_claims(
 def _sticky_target(
     partitions_per_topic: Mapping[str, int],
     ordered: Sequence[MemberSubscription],
-    claims: Sequence[_Claim],
     owners: Mapping[TopicPartition, int],
 ) -> list[list[TopicPartition]]:
     """The balanced, sticky assignment: one partition list per member, in member order."""
@@ -215,190 +217,220 @@ def _sticky_target(
     assignable = frozenset(topics)
     subscribed = [s & assignable for s in wanted]
     valid = _valid_claims(partitions_per_topic, subscribed, owners)
-    if all(s == subscribed[0] for s in subscribed):
-        everything = [
-            TopicPartition(t, p)
-            for t in sorted(subscribed[0])
-            for p in range(partitions_per_topic[t])
-        ]
-        return _equal_target(everything, valid)
-    return _general_target(topics, partitions_per_topic, subscribed, valid)
+    plan = _start(topics, partitions_per_topic, subscribed, valid, owners)
+    groups: dict[frozenset[str], list[int]] = {}
+    for index, topics_wanted in enumerate(wanted):
+        groups.setdefault(topics_wanted, []).append(index)
+    plan = _TieBreak(plan, list(groups.values())).run()
+    return _partitions(plan, topics, partitions_per_topic, valid, owners)
 
 
-def _equal_target(
-    everything: Sequence[TopicPartition], valid: Sequence[Sequence[TopicPartition]]
-) -> list[list[TopicPartition]]:
-    """Identical subscriptions: floor/ceil quotas, the ceil ones to the biggest claimants."""
-    count = len(valid)
-    base, extra = divmod(len(everything), count)
-    quota = [base] * count
-    for index in sorted(range(count), key=lambda i: (-len(valid[i]), i))[:extra]:
-        quota[index] += 1
-    result = [list(tps[: quota[i]]) for i, tps in enumerate(valid)]
-    taken = {tp for tps in result for tp in tps}
-    below = deque(i for i in range(count) if len(result[i]) < quota[i])
-    for tp in everything:  # round-robin over the members below quota spreads the topics
-        if tp in taken:
-            continue
-        index = below.popleft()
-        result[index].append(tp)
-        if len(result[index]) < quota[index]:
-            below.append(index)
-    return result
-
-
-class _Counts:
-    """Partition counts per (member, topic), and the chain search that balances them."""
-
-    def __init__(
-        self,
-        topics: Sequence[str],
-        partitions_per_topic: Mapping[str, int],
-        subscribed: Sequence[frozenset[str]],
-        valid: Sequence[Sequence[TopicPartition]],
-    ) -> None:
-        members = range(len(subscribed))
-        self.subscribed = subscribed
-        self.eligible = {t: [i for i in members if t in subscribed[i]] for t in topics}
-        # Per member, its topics in name order: claimed units, and held units (claimed or not).
-        self.claimed = [dict.fromkeys(sorted(s), 0) for s in subscribed]
-        for index, tps in enumerate(valid):
-            for tp in tps:
-                self.claimed[index][tp.topic] += 1
-        self.held = [dict(c) for c in self.claimed]
-        self.total = [len(tps) for tps in valid]
-        self.active = [i for i in members if subscribed[i]]
-        # Topics with the fewest subscribers first: they have the least choice.
-        for topic in sorted(topics, key=lambda t: (len(self.eligible[t]), t)):
-            self._fill(topic, partitions_per_topic[topic])
-
-    def _fill(self, topic: str, partitions: int) -> None:
-        """Each unclaimed partition to the eligible member holding the fewest (member order)."""
-        free = partitions - sum(self.held[i][topic] for i in self.eligible[topic])
-        heap = [(self.total[i], i) for i in self.eligible[topic]]
-        heapq.heapify(heap)
-        for _ in range(free):
-            total, index = heapq.heappop(heap)
-            self.held[index][topic] += 1
-            self.total[index] = total + 1
-            heapq.heappush(heap, (total + 1, index))
-
-    def _spare(self, index: int, topic: str, claims_too: bool) -> int:
-        """Units of ``topic`` that ``index`` may hand on: unclaimed ones, or all of them."""
-        held = self.held[index][topic]
-        return held if claims_too else held - self.claimed[index][topic]
-
-    def balance(self) -> None:
-        """Shift units along chains until no member can give to one holding 2+ fewer.
-
-        Chains of unclaimed units first; claims move only when no such chain is left.
-        """
-        for claims_too in (False, True):
-            while self._shift_once(claims_too):
-                pass
-
-    def _shift_once(self, claims_too: bool) -> bool:
-        """Find one improving chain and move as many units along it as it allows."""
-        if not self.active:
-            return False
-        lowest = min(self.total[i] for i in self.active)
-        visited = [False] * len(self.total)
-        # Sources by count, highest first. Whatever an earlier source reached holds at least
-        # its count - 1, so it is no target for a later (smaller) source: skip it.
-        for source in sorted(self.active, key=lambda i: (-self.total[i], i)):
-            limit = self.total[source] - 2
-            if limit < lowest:
-                return False
-            if visited[source]:
-                continue
-            chain = self._search(source, limit, visited, claims_too)
-            if chain is not None:
-                self._apply(chain, claims_too)
-                return True
-        return False
-
-    def _search(
-        self, source: int, limit: int, visited: list[bool], claims_too: bool
-    ) -> list[tuple[int, int, str]] | None:
-        """Breadth-first from ``source``: the chain to the member with the fewest units at
-        most ``limit`` (then the shortest chain, then member order), as (giver, taker, topic)."""
-        parent: dict[int, int] = {}
-        depth = {source: 0}
-        visited[source] = True
-        unvisited = [i for i in self.active if not visited[i]]
-        queue = deque([source])
-        best: tuple[int, int, int] | None = None
-        while queue and unvisited:
-            giver = queue.popleft()
-            # A set, but only tested against, never iterated: the order stays deterministic.
-            spare = {t for t in self.held[giver] if self._spare(giver, t, claims_too) > 0}
-            if not spare:
-                continue
-            still = []
-            for taker in unvisited:
-                if spare.isdisjoint(self.subscribed[taker]):
-                    still.append(taker)
-                    continue
-                visited[taker] = True
-                parent[taker] = giver
-                depth[taker] = depth[giver] + 1
-                queue.append(taker)
-                key = (self.total[taker], depth[taker], taker)
-                if self.total[taker] <= limit and (best is None or key < best):
-                    best = key
-            unvisited = still
-        if best is None:
-            return None
-        chain: list[tuple[int, int, str]] = []
-        node = best[2]
-        while node != source:
-            giver = parent[node]
-            chain.append((giver, node, self._topic(giver, node, claims_too)))
-            node = giver
-        chain.reverse()
-        return chain
-
-    def _topic(self, giver: int, taker: int, claims_too: bool) -> str:
-        """The topic ``giver`` hands ``taker``: one with unclaimed units first, then by name."""
-        held, claimed = self.held[giver], self.claimed[giver]
-        return min(
-            (t for t in held if t in self.subscribed[taker] and self._spare(giver, t, claims_too)),
-            key=lambda t: (held[t] <= claimed[t], t),
-        )
-
-    def _apply(self, chain: Sequence[tuple[int, int, str]], claims_too: bool) -> None:
-        source, target = chain[0][0], chain[-1][1]
-        amount = (self.total[source] - self.total[target]) // 2
-        for giver, _, topic in chain:
-            amount = min(amount, self._spare(giver, topic, claims_too))
-        for giver, taker, topic in chain:
-            self.held[giver][topic] -= amount
-            self.held[taker][topic] += amount
-        self.total[source] -= amount
-        self.total[target] += amount
-
-
-def _general_target(
+def _start(
     topics: Sequence[str],
     partitions_per_topic: Mapping[str, int],
     subscribed: Sequence[frozenset[str]],
     valid: Sequence[Sequence[TopicPartition]],
-) -> list[list[TopicPartition]]:
-    """Differing subscriptions: balance counts per (member, topic), then pick partitions."""
-    counts = _Counts(topics, partitions_per_topic, subscribed, valid)
-    counts.balance()
-    result: list[list[TopicPartition]] = [[] for _ in subscribed]
+    owners: Mapping[TopicPartition, int],
+) -> Plan:
+    """Balanced counts that keep claims, split into kinds: each member keeps as many of its
+    claims as its count holds, and the free partitions go to the lowest outputs first."""
+    held = initial_counts(topics, partitions_per_topic, subscribed, valid)
+    members = range(len(subscribed))
+    claims = [dict.fromkeys(sorted(s), 0) for s in subscribed]
+    for index, tps in enumerate(valid):
+        for tp in tps:
+            claims[index][tp.topic] += 1
+    kept = [{t: min(held[i][t], n) for t, n in claims[i].items()} for i in members]
+    free = [dict.fromkeys(claims[i], 0) for i in members]
+    moved = [dict.fromkeys(claims[i], 0) for i in members]
+    output = [sum(k.values()) for k in kept]
     for topic in topics:
-        # Each member keeps as many of its claims on the topic as its count allows ...
-        kept: set[int] = set()
-        need: list[tuple[int, int]] = []
-        for index in counts.eligible[topic]:
-            own = [tp for tp in valid[index] if tp.topic == topic][: counts.held[index][topic]]
+        unclaimed = sum(
+            1 for p in range(partitions_per_topic[topic]) if TopicPartition(topic, p) not in owners
+        )
+        open_ = [(output[i], i) for i in members if held[i].get(topic, 0) > kept[i].get(topic, 0)]
+        heapq.heapify(open_)
+        for _ in range(unclaimed):
+            _, i = heapq.heappop(open_)
+            free[i][topic] += 1
+            output[i] += 1
+            if held[i][topic] > kept[i][topic] + free[i][topic]:
+                heapq.heappush(open_, (output[i], i))
+        for i in members:
+            if topic in subscribed[i]:
+                moved[i][topic] = held[i][topic] - kept[i][topic] - free[i][topic]
+    return Plan(topics, subscribed, claims, kept, free, moved)
+
+
+class _TieBreak:
+    """Where balance and stickiness leave the choice open: members with the same
+    subscription get equal counts where possible, in the target first, then in the first
+    round's output (``cooperative-sticky``), whose sum of squares is minimal.
+
+    Which members with equal subscriptions can all get the larger share is a subset-sum
+    question: the optimiser is run again with candidate preferences (an unequal group first
+    or last, or first with another group last, or the groups whose sizes add up to the
+    number of larger shares at a count level), and the best plan by (spreads of the
+    targets within groups, output sum of squares, spreads of the outputs within groups,
+    each set of spreads compared worst first) wins. The number of runs is bounded by the
+    size of the group, so on large groups with many distinct subscriptions the search is a
+    best effort, or skipped.
+    """
+
+    def __init__(self, plan: Plan, groups: list[list[int]]) -> None:
+        self.plan = plan
+        self.groups = groups
+        self.shared = [g for g in groups if len(g) > 1]
+        self.members = sum(len(g) for g in groups)
+        size = self.members * max(1, len(plan.topics))
+        self.budget = min(200, 40000 // size)
+
+    def run(self) -> Plan:
+        plan = self.plan.copy()
+        plan.optimise(None, self._output_rank(([], [])))
+        best = self._score(plan)
+        preference: _Preference | None = None
+        if len(self.groups) > 1 and best[0] and best[0][0]:
+            plan, best, preference = self._search(plan, best, None, use_targets=True)
+        if best[2] and best[2][0]:
+            plan, best, _ = self._search(plan, best, preference, use_targets=False)
+        return plan
+
+    def _search(
+        self,
+        plan: Plan,
+        best: _Score,
+        preference: _Preference | None,
+        *,
+        use_targets: bool,
+    ) -> tuple[Plan, _Score, _Preference | None]:
+        """Rounds of candidates from the current best; each round keeps its best."""
+        tried: set[tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]] = set()
+        while self.budget > 0:
+            found: tuple[Plan, _Score, _Preference] | None = None
+            counts = plan.targets() if use_targets else plan.outputs()
+            for candidate in self._candidates(counts):
+                key = (tuple(map(tuple, candidate[0])), tuple(map(tuple, candidate[1])))
+                if key in tried or self.budget <= 0:
+                    continue
+                tried.add(key)
+                self.budget -= 1
+                trial = plan.copy()
+                target_pref = candidate if use_targets else preference
+                trial.optimise(self._target_rank(target_pref), self._output_rank(candidate))
+                score = self._score(trial)
+                if score < best and (found is None or score < found[1]):
+                    found = (trial, score, candidate)
+            if found is None:
+                break
+            plan, best = found[0], found[1]
+            if use_targets:
+                preference = found[2]
+        return plan, best, preference
+
+    def _candidates(self, counts: Sequence[int]) -> list[_Preference]:
+        """(groups preferred, groups last): each unequal group first, then last; the sets
+        of groups, at a count level, whose sizes add up to the larger shares there; then
+        each unequal group first with each other group last."""
+        uneven = [g for g in self.shared if len({counts[i] for i in g}) > 1]
+        found: list[_Preference] = []
+        for group in uneven:
+            found += [([group], []), ([], [group])]
+        for low in sorted({min(counts[i] for i in g) for g in uneven}):
+            pool = [g for g in self.groups if {counts[i] for i in g} <= {low, low + 1}]
+            larger = sum(1 for g in pool for i in g if counts[i] == low + 1)
+            for chosen in _subsets_with_sum([len(g) for g in pool], larger, limit=64):
+                first = [pool[k] for k in chosen]
+                found.append((first, [g for g in pool if g not in first]))
+        # Where no group can be made equal, a spread can still move to a smaller one.
+        for group in uneven:
+            found += [([group], [other]) for other in self.groups if other is not group]
+        return found
+
+    def _target_rank(self, preference: _Preference | None) -> list[int] | None:
+        if preference is None:
+            return None
+        rank = [1] * self.members
+        for value, groups in ((0, preference[0]), (2, preference[1])):
+            for group in groups:
+                for i in group:
+                    rank[i] = value
+        return rank
+
+    def _output_rank(self, preference: _Preference) -> list[int]:
+        """Groups in preference order (first, the rest, last), then member order."""
+        first, last = preference
+        order = first + [g for g in self.groups if g not in first and g not in last] + last
+        rank = [0] * self.members
+        for position, group in enumerate(order):
+            for i in group:
+                rank[i] = position * self.members + i
+        return rank
+
+    def _score(self, plan: Plan) -> _Score:
+        targets, outputs = plan.targets(), plan.outputs()
+        return (self._spreads(targets), sum(o * o for o in outputs), self._spreads(outputs))
+
+    def _spreads(self, counts: Sequence[int]) -> tuple[int, ...]:
+        """Per group of equal subscriptions, max - min count, largest first."""
+        spreads = (max(counts[i] for i in g) - min(counts[i] for i in g) for g in self.shared)
+        return tuple(sorted(spreads, reverse=True))
+
+
+_Preference = tuple[list[list[int]], list[list[int]]]
+_Score = tuple[tuple[int, ...], int, tuple[int, ...]]
+
+
+def _subsets_with_sum(sizes: Sequence[int], total: int, limit: int) -> list[list[int]]:
+    """Up to ``limit`` sets of indexes into ``sizes`` whose sizes add up to ``total``."""
+    found: list[list[int]] = []
+    after = [0] * (len(sizes) + 1)
+    for k in range(len(sizes) - 1, -1, -1):
+        after[k] = after[k + 1] + sizes[k]
+
+    def extend(k: int, left: int, chosen: list[int]) -> None:
+        if len(found) >= limit:
+            return
+        if left == 0:
+            found.append(list(chosen))
+            return
+        if k == len(sizes) or left > after[k]:
+            return
+        chosen.append(k)
+        extend(k + 1, left - sizes[k], chosen)
+        chosen.pop()
+        extend(k + 1, left, chosen)
+
+    extend(0, total, [])
+    return found
+
+
+def _partitions(
+    plan: Plan,
+    topics: Sequence[str],
+    partitions_per_topic: Mapping[str, int],
+    valid: Sequence[Sequence[TopicPartition]],
+    owners: Mapping[TopicPartition, int],
+) -> list[list[TopicPartition]]:
+    """The counts as partitions: a member keeps its first claims in (topic, partition)
+    order; free, then moved partitions are dealt round-robin in member order."""
+    result: list[list[TopicPartition]] = [[] for _ in valid]
+    for topic in topics:
+        kept: set[TopicPartition] = set()
+        for index, tps in enumerate(valid):
+            own = [tp for tp in tps if tp.topic == topic][: plan.kept[index].get(topic, 0)]
             result[index].extend(own)
-            kept.update(tp.partition for tp in own)
-            need.append((index, counts.held[index][topic] - len(own)))
-        # ... and the rest of the topic fills the remaining counts, in member order.
-        free = (p for p in range(partitions_per_topic[topic]) if p not in kept)
-        for index, missing in need:
-            result[index].extend(TopicPartition(topic, next(free)) for _ in range(missing))
+            kept.update(own)
+        everything = [TopicPartition(topic, p) for p in range(partitions_per_topic[topic])]
+        free = [tp for tp in everything if tp not in owners]
+        moved = [tp for tp in everything if tp in owners and tp not in kept]
+        for pool, kind in ((free, plan.free), (moved, plan.moved)):
+            wanted = {i: kind[i].get(topic, 0) for i in range(len(valid))}
+            left = deque(i for i, n in wanted.items() if n)
+            for tp in pool:
+                index = left.popleft()
+                result[index].append(tp)
+                wanted[index] -= 1
+                if wanted[index]:
+                    left.append(index)
     return result

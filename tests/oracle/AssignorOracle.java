@@ -2,7 +2,8 @@
  * Kafka's own partition assignors as a line-oriented oracle for kgroup's differential tests.
  *
  * stdin: one JSON case per line
- *   {"assignor": "range" | "roundrobin" | "sticky" | "cooperative-sticky",
+ *   {"assignor": "range" | "roundrobin" | "sticky" | "cooperative-sticky"
+ *                | "cooperative-sticky-target",
  *    "topics": {"t0": 6, ...},
  *    "members": [{"member_id": "...", "group_instance_id": null | "...",
  *                 "topics": ["t0", ...], "owned": [["t0", 1], ...], "generation": -1,
@@ -16,7 +17,9 @@
  * GroupSubscription of ConsumerPartitionAssignor.Subscription(topics, userData, owned,
  * generation, rack) with the group instance id set, and calls the real
  * org.apache.kafka.clients.consumer assignor's assign(cluster, groupSubscription) on a fresh
- * instance. Subscriptions go into a HashMap, as the Java leader's do, so the input order of
+ * instance. "cooperative-sticky-target" is CooperativeStickyAssignor's target before it
+ * withholds the partitions that change owner: the AbstractStickyAssignor algorithm with
+ * CooperativeStickyAssignor's member data. Subscriptions go into a HashMap, as the Java leader's do, so the input order of
  * the members does not matter. The protocol stream is the original stdout; System.out is
  * pointed at stderr so nothing else can write to it.
  */
@@ -30,6 +33,8 @@ import java.io.FileDescriptor;
 import java.io.FileOutputStream;
 import java.io.InputStreamReader;
 import java.io.PrintStream;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -48,6 +53,7 @@ import org.apache.kafka.clients.consumer.CooperativeStickyAssignor;
 import org.apache.kafka.clients.consumer.RangeAssignor;
 import org.apache.kafka.clients.consumer.RoundRobinAssignor;
 import org.apache.kafka.clients.consumer.StickyAssignor;
+import org.apache.kafka.clients.consumer.internals.AbstractStickyAssignor;
 import org.apache.kafka.common.Cluster;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.PartitionInfo;
@@ -107,6 +113,8 @@ public final class AssignorOracle {
                 return new StickyAssignor();
             case "cooperative-sticky":
                 return new CooperativeStickyAssignor();
+            case "cooperative-sticky-target":
+                return new CooperativeTarget();
             default:
                 throw new IllegalArgumentException("unknown assignor " + name);
         }
@@ -153,6 +161,41 @@ public final class AssignorOracle {
             }
         }
         return new GroupSubscription(subscriptions);
+    }
+
+    /**
+     * CooperativeStickyAssignor.assignPartitions is AbstractStickyAssignor.assignPartitions
+     * (the target) followed by the removal of every partition that changes owner. This runs
+     * the first half only: the same algorithm, with CooperativeStickyAssignor's own reading
+     * of each member's owned partitions and generation.
+     */
+    private static final class CooperativeTarget extends AbstractStickyAssignor {
+        private static final Method MEMBER_DATA;
+
+        static {
+            try {
+                MEMBER_DATA = CooperativeStickyAssignor.class.getDeclaredMethod("memberData", Subscription.class);
+                MEMBER_DATA.setAccessible(true);
+            } catch (NoSuchMethodException e) {
+                throw new ExceptionInInitializerError(e);
+            }
+        }
+
+        private final CooperativeStickyAssignor delegate = new CooperativeStickyAssignor();
+
+        @Override
+        protected MemberData memberData(Subscription subscription) {
+            try {
+                return (MemberData) MEMBER_DATA.invoke(delegate, subscription);
+            } catch (IllegalAccessException | InvocationTargetException e) {
+                throw new IllegalStateException(e);
+            }
+        }
+
+        @Override
+        public String name() {
+            return "cooperative-sticky";
+        }
     }
 
     private static boolean isPresent(JsonNode node) {

@@ -11,7 +11,9 @@ Hypothesis ``draw`` (which shrinks) or a seeded :class:`random.Random` (for batc
 members); ``cooperative-sticky`` sends ``owned_partitions`` + ``generation_id`` and the bare
 int32 generation as user data (old members: the generation only in the user data).
 
-The measures: :func:`problems` (validity), :func:`moves`, :func:`spreads`, :func:`withheld`.
+The measures: :func:`problems` (validity), :func:`moves`, :func:`sum_of_squares`,
+:func:`spreads`, :func:`evenness`, :func:`withheld`; :func:`withhold_contested` applies
+kgroup's rule for contested partitions to another assignor's cooperative output.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "assignable",
     "counts",
     "current_owner",
+    "evenness",
     "minimize",
     "moves",
     "prior_owner",
@@ -44,8 +47,10 @@ __all__ = [
     "spreads",
     "sticky_user_data",
     "subscriptions",
+    "sum_of_squares",
     "summary",
     "withheld",
+    "withhold_contested",
 ]
 
 T = TypeVar("T")
@@ -53,10 +58,10 @@ TP = TopicPartition
 Output = Mapping[str, Sequence[TopicPartition]]
 
 #: Client ids that dynamic member ids start with (the broker makes ``<client.id>-<uuid>``):
-#: mixed case, punctuation, non-ASCII and a character outside the BMP, whose order agrees
-#: between Java's UTF-16 compareTo and Python's code-point order (see the test module for
-#: the characters where it does not).
-CLIENT_IDS = ("c", "C", "app", "a-b", "z", "é", "中", "\U0001f600")
+#: mixed case, punctuation, non-ASCII, a character outside the BMP and one in
+#: U+E000-U+FFFF, which Java's UTF-16 compareTo and Python's code-point order sort
+#: differently (the assignors sort like Java).
+CLIENT_IDS = ("c", "C", "app", "a-b", "z", "é", "中", "\U0001f600", "\ue000")
 #: Static ids use the characters the broker accepts for group.instance.id.
 INSTANCE_IDS = ("i", "I", "pod", "a.b", "z_", "0")
 #: A topic members subscribe to (and once owned) that has no metadata: deleted.
@@ -360,6 +365,37 @@ def spreads(s: Scenario, out: Output) -> tuple[dict[tuple[str, ...], int], int]:
     per_group = {topics: max(c) - min(c) for topics, c in groups.items()}
     values = list(counts.values()) or [0]
     return per_group, max(values) - min(values)
+
+
+def sum_of_squares(out: Output) -> int:
+    """The sum of the squared partition counts: the smaller, the more balanced (spec §7.3;
+    for a fixed total it is smallest when the counts are as equal as subscriptions allow)."""
+    return sum(len(tps) ** 2 for tps in out.values())
+
+
+def evenness(s: Scenario, out: Output) -> tuple[int, ...]:
+    """The spreads (max - min count) within each group of members with the same
+    subscription, largest first: compared as a tuple, the worst group counts first."""
+    return tuple(sorted(spreads(s, out)[0].values(), reverse=True))
+
+
+def withhold_contested(s: Scenario, out: Output) -> dict[str, list[TopicPartition]]:
+    """``out`` without the partitions it gives to a member that is not their unique
+    highest-generation claimant while another member claims them too: what kgroup's
+    cooperative-sticky withholds by design (docs/design/deviations.md, row 7)."""
+    claims: dict[TopicPartition, list[Member]] = defaultdict(list)
+    for m in s.members:
+        for tp in m.owned:
+            claims[tp].append(m)
+
+    def kept(member: str, tp: TopicPartition) -> bool:
+        claimants = claims.get(tp, [])
+        if all(m.member_id == member for m in claimants):
+            return True
+        top = max(m.generation for m in claimants)
+        return [m.member_id for m in claimants if m.generation == top] == [member]
+
+    return {member: [tp for tp in tps if kept(member, tp)] for member, tps in out.items()}
 
 
 def withheld(s: Scenario, out: Output) -> set[TopicPartition]:

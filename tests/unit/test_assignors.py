@@ -72,6 +72,20 @@ def test_sort_members_order() -> None:
     assert [m.member_id for m in sort_members(members)] == ["m0", "m9", "m1", "m3"]
 
 
+def test_member_ids_sort_in_java_string_order() -> None:
+    # Java's String.compareTo compares UTF-16 code units: U+1F600 is the surrogate pair
+    # D83D DE00, which sorts before U+E000, although its code point is larger.
+    members = [member("\ue000", "t0"), member("\U0001f600", "t0")]
+    assert [m.member_id for m in sort_members(members)] == ["\U0001f600", "\ue000"]
+    for assignor in (RangeAssignor(), RoundRobinAssignor()):
+        assert partitions(assignor.assign({"t0": 2}, members)) == {
+            "\U0001f600": ["t0-0"],
+            "\ue000": ["t0-1"],
+        }
+    statics = [member("a", instance="\ue000"), member("b", instance="\U0001f600")]
+    assert [m.member_id for m in sort_members(statics)] == ["b", "a"]
+
+
 def test_range_members_with_different_subscriptions() -> None:
     # Java RangeAssignor/RoundRobinAssignor javadoc case: t0, t1, t2 have 1, 2, 3 partitions.
     members = [member("c0", "t0"), member("c1", "t0", "t1"), member("c2", "t0", "t1", "t2")]
