@@ -286,6 +286,12 @@ class Reader:
         self._pos += 2
         return int(version)
 
+    def int8(self, field: str) -> int:
+        self._need(1, field)
+        value = self._data[self._pos]
+        self._pos += 1
+        return value - 256 if value > 127 else value
+
     def int32(self, field: str) -> int:
         self._need(4, field)
         (value,) = _INT32.unpack_from(self._data, self._pos)

@@ -38,6 +38,17 @@ Callback = Literal["on_partitions_revoked", "on_partitions_assigned", "on_partit
 #: hand that over (Java never loses partitions mid-join, so there owned == claimed).
 CLAIMS_LOST_REJOIN = "claimed partitions were lost during the rebalance: re-join to release them"
 
+#: DEVIATION (spec §7.6; deviations.md row 12): when a member must give up something it
+#: claimed, its revocation is followed by another rebalance for certain (it rejoins at once
+#: after revoking). A kgroup leader then marks every assignment of the generation with
+#: these bytes (the consumer Assignment's user data, when the assignor set none; a flag in
+#: kgroup's own assignment layout), and a kgroup member that reads them rejoins at once
+#: too, instead of at its next heartbeat: the follow-up rebalance completes as soon as the
+#: revoking members are done. Other clients ignore assignment user data they do not expect
+#: (the Java, librdkafka and kafka-python sticky assignors read only the partitions).
+FOLLOW_UP_MARKER = b"kgroup/follow-up-rebalance/1"
+FOLLOW_UP_REJOIN = "the leader moves partitions in a follow-up rebalance: re-join at once"
+
 
 @dataclass(frozen=True, slots=True)
 class ListenerCall:
@@ -186,9 +197,17 @@ class ConsumerEmbedding:
         result = assignor.assign(partitions_per_topic, subscriptions)
         if self.rebalance_protocol is RebalanceProtocol.COOPERATIVE:
             _check_cooperative(protocol_name, subscriptions, result)
+        follow_up = follow_up_needed(
+            {m.member_id: frozenset(m.subscription.owned_partitions) for m in subscriptions},
+            {mid: frozenset(a.partitions) for mid, a in result.items()},
+        )
         out: dict[str, bytes] = {}
         for member in subscriptions:
             assignment = result.get(member.member_id) or Assignment(partitions=(), user_data=None)
+            if follow_up and assignment.user_data is None:
+                assignment = Assignment(
+                    partitions=assignment.partitions, user_data=FOLLOW_UP_MARKER
+                )
             out[member.member_id] = assignment.encode()
         unknown = set(result) - set(out)
         if unknown:
@@ -230,6 +249,9 @@ class ConsumerEmbedding:
                 f"the group uses assignor {generation.protocol_name!r}, which this member does "
                 f"not have ({', '.join(a.name for a in self.assignors)})"
             )
+        follow_up = assignment.user_data == FOLLOW_UP_MARKER
+        if follow_up:  # kgroup's, not the assignor's: the assignor set no user data
+            assignment = Assignment(partitions=assignment.partitions, user_data=None)
         assigned = frozenset(assignment.partitions)
         if any(tp.topic not in self.topics for tp in assigned):
             return Completion(
@@ -245,7 +267,7 @@ class ConsumerEmbedding:
                 break
         self.owned = assigned
         calls.append(ListenerCall("on_partitions_assigned", added))
-        return Completion(tuple(calls), rejoin, assigned)
+        return Completion(tuple(calls), rejoin or follow_up_rejoin(follow_up), assigned)
 
     def release(self, *, lost: bool) -> tuple[ListenerCall, ...]:
         """Leave (close/unsubscribe): lost or revoked, only when something is owned."""
@@ -273,6 +295,19 @@ def cooperative_revocation(
     if claimed - assigned:
         return [], CLAIMS_LOST_REJOIN
     return [], None
+
+
+def follow_up_needed(
+    claims: Mapping[str, frozenset[Any]], assigned: Mapping[str, frozenset[Any]]
+) -> bool:
+    """Whether some member must give up something its JoinGroup claimed: it will revoke
+    and rejoin, so another rebalance follows for certain (:data:`FOLLOW_UP_MARKER`)."""
+    return any(owned - assigned.get(mid, frozenset()) for mid, owned in claims.items())
+
+
+def follow_up_rejoin(follow_up: bool) -> str | None:
+    """The rejoin reason of a member whose assignment carries the follow-up mark."""
+    return FOLLOW_UP_REJOIN if follow_up else None
 
 
 def release_calls(owned: frozenset[Any], *, lost: bool) -> tuple[ListenerCall, ...]:

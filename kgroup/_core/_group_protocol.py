@@ -23,7 +23,11 @@ item names, with the consumer's semantics:
 Wire format (kgroup's, versioned; all classic Kafka encoding, big-endian)::
 
     metadata    int16 version (0) | bytes user_metadata | [string] owned | int32 generation
-    assignment  int16 version (0) | [string] items | bytes data
+    assignment  int16 version (0) | [string] items | bytes data | int8 flags
+
+Assignment flags: bit 0, a follow-up rebalance is certain (someone gives up an item it
+claimed): rejoin at once (see ``FOLLOW_UP_MARKER`` in ``_embedding``). Other bits are
+reserved (written 0, ignored).
 
 Readers accept higher versions by reading the v0 fields and ignoring what follows. Every
 defect in peer bytes is a RemoteProtocolError naming the field and the offset.
@@ -39,7 +43,14 @@ from dataclasses import dataclass, field
 from .._errors import AssignmentError, ConfigError, RemoteProtocolError
 from ._assignors import RebalanceProtocol
 from ._consumer_protocol import Reader, pack_int32, write_bytes, write_string
-from ._embedding import Completion, ListenerCall, cooperative_revocation, release_calls
+from ._embedding import (
+    Completion,
+    ListenerCall,
+    cooperative_revocation,
+    follow_up_needed,
+    follow_up_rejoin,
+    release_calls,
+)
 from ._messages import JoinGroupMember
 from ._state import Generation
 
@@ -131,18 +142,28 @@ def decode_metadata(data: bytes) -> tuple[bytes, frozenset[str], int]:
     return user, owned, generation
 
 
-def encode_assignment(assignment: ProtocolAssignment) -> bytes:
+_FOLLOW_UP = 0x01
+
+
+def encode_assignment(assignment: ProtocolAssignment, *, follow_up: bool = False) -> bytes:
     out = bytearray(_INT16.pack(_VERSION))
     _write_items(out, assignment.items, "assigned items")
     write_bytes(out, assignment.data, "assignment data")
+    out.append(_FOLLOW_UP if follow_up else 0)
     return bytes(out)
 
 
 def decode_assignment(data: bytes) -> ProtocolAssignment:
+    return decode_assignment_flags(data)[0]
+
+
+def decode_assignment_flags(data: bytes) -> tuple[ProtocolAssignment, bool]:
+    """The assignment and whether it carries the follow-up flag."""
     r = Reader(data, "GroupProtocol assignment")
     r.version()
     items = frozenset(r.string_array("items"))
-    return ProtocolAssignment(items, r.nullable_bytes("data") or b"")
+    assignment = ProtocolAssignment(items, r.nullable_bytes("data") or b"")
+    return assignment, bool(r.int8("flags") & _FOLLOW_UP)
 
 
 def _write_items(out: bytearray, items: Iterable[str], what: str) -> None:
@@ -242,7 +263,11 @@ class ProtocolEmbedding:
             assignments = withhold_moves(decoded, assignments)
         else:
             _check_disjoint(assignments)
-        return {mid: encode_assignment(a) for mid, a in assignments.items()}
+        follow_up = follow_up_needed(
+            {m.member_id: m.owned for m in decoded},
+            {mid: a.items for mid, a in assignments.items()},
+        )
+        return {mid: encode_assignment(a, follow_up=follow_up) for mid, a in assignments.items()}
 
     # -- listener decisions ------------------------------------------------------------------------
 
@@ -262,7 +287,7 @@ class ProtocolEmbedding:
                 "member out of the assignment"
             )
         try:
-            assignment = decode_assignment(data)
+            assignment, follow_up = decode_assignment_flags(data)
         except RemoteProtocolError as exc:
             raise AssignmentError(f"malformed assignment from the leader: {exc}") from exc
         assigned = assignment.items
@@ -271,7 +296,11 @@ class ProtocolEmbedding:
         )
         added = assigned - self.owned
         self.protocol.on_assignment(assignment, generation.generation_id)
-        rejoin = rejoin or self.protocol.rebalance_needed(generation.member_id)
+        rejoin = (
+            rejoin
+            or self.protocol.rebalance_needed(generation.member_id)
+            or follow_up_rejoin(follow_up)
+        )
         self.owned = assigned
         calls.append(ListenerCall("on_partitions_assigned", added))
         return Completion(tuple(calls), rejoin, assigned)

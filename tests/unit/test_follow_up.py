@@ -1,0 +1,189 @@
+"""The follow-up mark (deviations.md row 12): when a cooperative rebalance makes a member
+give up something it claimed, a kgroup leader marks every assignment of the generation, and
+a kgroup member that reads the mark rejoins at once instead of at its next heartbeat."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pytest
+
+from kgroup import LeaderElection, ProtocolAssignment, WorkSharding
+from kgroup._core._assignors import BaseAssignor, MemberSubscription, RebalanceProtocol
+from kgroup._core._consumer_protocol import Assignment, Subscription, TopicPartition
+from kgroup._core._embedding import FOLLOW_UP_MARKER, FOLLOW_UP_REJOIN, ConsumerEmbedding
+from kgroup._core._group_protocol import (
+    ProtocolEmbedding,
+    decode_assignment_flags,
+    encode_assignment,
+    encode_metadata,
+)
+from kgroup._core._messages import JoinGroupMember
+from kgroup._core._state import Generation
+from kgroup._errors import AssignmentError
+
+TP = TopicPartition
+
+
+def join(member_id: str, owned: Sequence[TopicPartition] = (), generation: int = -1) -> Any:
+    sub = Subscription(topics=("t",), owned_partitions=tuple(owned), generation_id=generation)
+    return JoinGroupMember(member_id=member_id, group_instance_id=None, metadata=sub.encode())
+
+
+def tps(*partitions: int) -> tuple[TopicPartition, ...]:
+    return tuple(TP("t", p) for p in partitions)
+
+
+@pytest.mark.parametrize("name", ["cooperative-sticky", "sticky", "range"])
+def test_leader_marks_every_assignment_when_a_member_gives_up_a_claim(name: str) -> None:
+    leader = ConsumerEmbedding(["t"], [name])
+    out = leader.assign(name, [join("a", tps(0, 1, 2, 3), 1), join("b")], {"t": 4})
+    decoded = {m: Assignment.decode(b) for m, b in out.items()}
+    assert {m: a.user_data for m, a in decoded.items()} == {
+        "a": FOLLOW_UP_MARKER,
+        "b": FOLLOW_UP_MARKER,
+    }
+    assert len(decoded["a"].partitions) == 2  # a gives up two of its four claims
+
+
+@pytest.mark.parametrize("name", ["cooperative-sticky", "range"])
+def test_no_mark_when_every_claim_is_kept(name: str) -> None:
+    leader = ConsumerEmbedding(["t"], [name])
+    first = leader.assign(name, [join("a"), join("b")], {"t": 4})
+    owned = {m: Assignment.decode(b).partitions for m, b in first.items()}
+    assert all(Assignment.decode(b).user_data is None for b in first.values())
+    again = leader.assign(name, [join(m, owned[m], 1) for m in ("a", "b")], {"t": 4})
+    assert all(Assignment.decode(b).user_data is None for b in again.values())
+
+
+def test_follower_rejoins_at_once_and_its_assignor_never_sees_the_mark() -> None:
+    seen: list[bytes | None] = []
+
+    class Recording(BaseAssignor):
+        name = "recording"
+        supported_protocols = (RebalanceProtocol.COOPERATIVE,)
+
+        def assign(
+            self, partitions_per_topic: Mapping[str, int], members: Sequence[MemberSubscription]
+        ) -> dict[str, Assignment]:
+            raise AssertionError("the follower does not assign")
+
+        def on_assignment(self, assignment: Assignment, generation: int) -> None:
+            seen.append(assignment.user_data)
+
+    member = ConsumerEmbedding(["t"], [Recording()])
+    generation = Generation(2, "b", "recording")
+    marked = Assignment(partitions=tps(2), user_data=FOLLOW_UP_MARKER).encode()
+    completion = member.complete(generation, marked)
+    assert completion.rejoin_reason == FOLLOW_UP_REJOIN
+    assert completion.assignment == frozenset(tps(2))
+    plain = Assignment(partitions=tps(2)).encode()
+    assert member.complete(Generation(3, "b", "recording"), plain).rejoin_reason is None
+    assert seen == [None, None]
+
+
+def test_an_assignors_own_user_data_is_never_replaced() -> None:
+    """A custom assignor that writes assignment user data keeps it; its members then rejoin
+    at their next heartbeat, as with any other client's leader."""
+
+    class WithUserData(BaseAssignor):
+        name = "with-user-data"
+        supported_protocols = (RebalanceProtocol.COOPERATIVE,)
+
+        def assign(
+            self, partitions_per_topic: Mapping[str, int], members: Sequence[MemberSubscription]
+        ) -> dict[str, Assignment]:
+            # everything to the last member, except what the first still owns: withheld
+            first, last = sorted(m.member_id for m in members)
+            return {
+                first: Assignment(partitions=(), user_data=b"mine"),
+                last: Assignment(partitions=(), user_data=None),
+            }
+
+    leader = ConsumerEmbedding(["t"], [WithUserData()])
+    out = leader.assign("with-user-data", [join("a", tps(0), 1), join("b")], {"t": 1})
+    assert Assignment.decode(out["a"]).user_data == b"mine"
+    assert Assignment.decode(out["b"]).user_data == FOLLOW_UP_MARKER
+    follower = ConsumerEmbedding(["t"], [WithUserData()])
+    completion = follower.complete(Generation(2, "a", "with-user-data"), out["a"])
+    assert completion.rejoin_reason is None
+
+
+def test_eager_groups_are_never_marked() -> None:
+    """Eager members claim nothing (they revoke everything before they join)."""
+    a, b = ConsumerEmbedding(["t"], ["range"]), ConsumerEmbedding(["t"], ["range"])
+    a.owned = frozenset(tps(0, 1, 2, 3))
+    joins = []
+    for member_id, emb in (("a", a), ("b", b)):
+        emb.prepare(lost=False)
+        joins.append(
+            JoinGroupMember(
+                member_id=member_id,
+                group_instance_id=None,
+                metadata=dict(emb.metadata(Generation(1, member_id, "range")))["range"],
+            )
+        )
+    out = a.assign("range", joins, {"t": 4})
+    assert all(Assignment.decode(v).user_data is None for v in out.values())
+
+
+# --- GroupProtocol members ------------------------------------------------------------------
+
+
+def protocol_join(member_id: str, owned: frozenset[str], generation: int, user: bytes) -> Any:
+    return JoinGroupMember(
+        member_id=member_id,
+        group_instance_id=None,
+        metadata=encode_metadata(user, owned, generation),
+    )
+
+
+def test_work_sharding_marks_a_generation_that_withholds_a_move() -> None:
+    shards = [f"s{i}" for i in range(4)]
+    leader = ProtocolEmbedding(WorkSharding(shards, cooperative=True))
+    user = leader.protocol.metadata()
+    out = leader.assign(
+        leader.protocol.name,
+        [
+            protocol_join("a", frozenset(shards), 1, user),
+            protocol_join("b", frozenset(), -1, user),
+        ],
+        {},
+    )
+    flags = {m: decode_assignment_flags(v)[1] for m, v in out.items()}
+    assert flags == {"a": True, "b": True}
+    follower = ProtocolEmbedding(WorkSharding(shards, cooperative=True))
+    completion = follower.complete(Generation(2, "b", leader.protocol.name), out["b"])
+    assert completion.rejoin_reason == FOLLOW_UP_REJOIN
+    # The next generation hands the withheld shards over; nothing is given up: no mark.
+    kept = decode_assignment_flags(out["a"])[0].items
+    again = leader.assign(
+        leader.protocol.name,
+        [protocol_join("a", kept, 2, user), protocol_join("b", frozenset(), 2, user)],
+        {},
+    )
+    assert not any(decode_assignment_flags(v)[1] for v in again.values())
+
+
+def test_leader_election_eager_is_never_marked() -> None:
+    leader = ProtocolEmbedding(LeaderElection())
+    user = leader.protocol.metadata()
+    out = leader.assign(
+        leader.protocol.name,
+        [protocol_join("a", frozenset(), -1, user), protocol_join("b", frozenset(), -1, user)],
+        {},
+    )
+    assert not any(decode_assignment_flags(v)[1] for v in out.values())
+
+
+def test_group_protocol_assignment_flags_round_trip_and_truncation() -> None:
+    assignment = ProtocolAssignment(frozenset({"x"}), b"d")
+    assert decode_assignment_flags(encode_assignment(assignment, follow_up=True)) == (
+        assignment,
+        True,
+    )
+    data = encode_assignment(assignment)
+    member = ProtocolEmbedding(WorkSharding(["x"], cooperative=True))
+    with pytest.raises(AssignmentError, match="flags"):
+        member.complete(Generation(1, "m", member.protocol.name), data[:-1])
