@@ -192,17 +192,17 @@ class BrokerConnection:
                 )
             else:
                 phase = "no TCP connection"
-            conn.close()
+            await _discard(conn)
             raise CoordinatorError(
                 f"cannot connect to {where}: {phase} within {timeout_ms:.0f} ms"
             ) from exc
         except _AUTH_ERRORS as exc:
-            conn.close()
+            await _discard(conn)
             raise _authentication_failed(where, security, exc) from None
         except (KGroupError, OSError, KafkaError, OverflowError, ValueError) as exc:
             # OverflowError/ValueError: the socket layer rejecting the address itself (a
             # port outside 0-65535, a NUL in the host).
-            conn.close()
+            await _discard(conn)
             detail = str(exc) if isinstance(exc, KGroupError) else repr(exc)
             raise CoordinatorError(f"cannot connect to {where}: {detail}") from exc
         return cls(conn, host, port)
@@ -329,6 +329,20 @@ class BrokerConnection:
         fut = self.close()
         with contextlib.suppress(TimeoutError, Exception):  # socket teardown only
             await asyncio.wait_for(asyncio.shield(fut), 5)
+
+
+async def _discard(conn: StrictConnection) -> None:
+    """Drop a connection that failed to open: abort its transport (no TLS close_notify
+    exchange with a broker that just rejected us, which can take the TLS shutdown timeout)
+    and wait, briefly, until the socket is gone, so that no socket outlives the failure."""
+    writer = conn._writer
+    transport = writer.transport if writer is not None else None
+    fut = conn.close()
+    if transport is None:
+        return
+    transport.abort()
+    with contextlib.suppress(TimeoutError, Exception):  # socket teardown only
+        await asyncio.wait_for(asyncio.shield(fut), 1)
 
 
 def _describe(exc: BaseException) -> str:
