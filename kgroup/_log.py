@@ -40,6 +40,7 @@ EventName = Literal[
     "member.synced",
     "member.stable",
     "member.rejoin_requested",
+    "member.follow_up_expected",
     "member.coordinator_found",
     "member.coordinator_lost",
     "member.coordinator_lookup_failed",
@@ -183,6 +184,11 @@ EVENTS: Mapping[EventName, EventInfo] = {
         "error",
         "hook error",
         "An event hook raised; logged once per hook, counted in stats().event_hook_failures.",
+    ),
+    "member.follow_up_expected": _e(
+        "debug",
+        "rejoin_at",
+        "The leader announced a follow-up rebalance: faster heartbeats until it starts.",
     ),
     "member.lease_expired": _e(
         "info",

@@ -125,6 +125,9 @@ class MemberBase:
         self._created_at = now
         self._lease_expired_at: float | None = None  # the lapsed deadline, until released
         self.lease_expirations = 0
+        # A follow-up rebalance the leader announced (deviations.md row 12): (generation id,
+        # when to rejoin if it has not started), see expect_follow_up().
+        self._follow_up: tuple[int, float] | None = None
         # The heartbeat in flight: (send time, Generation, sent while STABLE).
         self._hb_sent: tuple[float, Generation, bool] | None = None
         #: When the last heartbeat was sent (for the lease-renewal heartbeat).
@@ -211,6 +214,40 @@ class MemberBase:
             self._signals.wake_poll = True
         self.rejoin_needed = True
         self.rejoin_reason = reason
+
+    def expect_follow_up(self, now: float) -> None:
+        """The leader marked this generation: a member gives up something it claimed, and
+        the rebalance that hands it over follows for certain (deviations.md row 12). Until
+        the coordinator announces it (a heartbeat answered REBALANCE_IN_PROGRESS), the
+        heartbeat driver heartbeats every :meth:`follow_up_interval`; if it has not started
+        within one heartbeat interval, this member rejoins by itself. (Rejoining at once
+        would start it before slower members have their assignment of this generation:
+        their SyncGroup would fail, and the group would need a third rebalance.)"""
+        until = now + self.settings.heartbeat_interval_ms
+        self._follow_up = (self.generation.generation_id, until)
+        self.timers.heartbeat.reset(now, self.follow_up_interval())
+        self._signals.wake_heartbeat = True
+        self._emit("member.follow_up_expected", rejoin_at=until)
+
+    def follow_up_interval(self) -> float:
+        """The heartbeat interval while a follow-up rebalance is expected."""
+        settings = self.settings
+        return float(max(settings.retry_backoff_ms, settings.heartbeat_interval_ms / 10))
+
+    def _follow_up_deadline(self) -> float | None:
+        """When to rejoin if the expected follow-up rebalance has not started; None when
+        none is expected (any more): the member left STABLE, rejoins, or has moved on."""
+        follow_up = self._follow_up
+        if follow_up is None:
+            return None
+        if (
+            follow_up[0] != self.generation.generation_id
+            or self.state is not MemberState.STABLE
+            or self.rejoin_needed
+        ):
+            self._follow_up = None
+            return None
+        return follow_up[1]
 
     def reset_generation(self, *, keep_member_id: bool, reason: str) -> None:
         """§2.4: forget the Generation (keeping the member id for ILLEGAL_GENERATION)."""

@@ -42,12 +42,13 @@ CLAIMS_LOST_REJOIN = "claimed partitions were lost during the rebalance: re-join
 #: claimed, its revocation is followed by another rebalance for certain (it rejoins at once
 #: after revoking). A kgroup leader then marks every assignment of the generation with
 #: these bytes (the consumer Assignment's user data, when the assignor set none; a flag in
-#: kgroup's own assignment layout), and a kgroup member that reads them rejoins at once
-#: too, instead of at its next heartbeat: the follow-up rebalance completes as soon as the
-#: revoking members are done. Other clients ignore assignment user data they do not expect
-#: (the Java, librdkafka and kafka-python sticky assignors read only the partitions).
+#: kgroup's own assignment layout). A kgroup member that reads them and revokes nothing
+#: expects that rebalance (``Completion.follow_up``): it heartbeats faster until the
+#: coordinator announces it, instead of learning of it one heartbeat interval later, and
+#: rejoins by itself if it has not started within an interval. Other clients ignore
+#: assignment user data they do not expect (the Java, librdkafka and kafka-python sticky
+#: assignors read only the partitions).
 FOLLOW_UP_MARKER = b"kgroup/follow-up-rebalance/1"
-FOLLOW_UP_REJOIN = "the leader moves partitions in a follow-up rebalance: re-join at once"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,9 @@ class Completion:
     calls: tuple[ListenerCall, ...] = ()
     rejoin_reason: str | None = None
     assignment: frozenset[Any] = field(default_factory=frozenset)
+    #: The leader marked the generation: a follow-up rebalance is certain
+    #: (:data:`FOLLOW_UP_MARKER`; passed to ``MemberCore.join_completed``).
+    follow_up: bool = False
 
 
 class ConsumerEmbedding:
@@ -267,7 +271,7 @@ class ConsumerEmbedding:
                 break
         self.owned = assigned
         calls.append(ListenerCall("on_partitions_assigned", added))
-        return Completion(tuple(calls), rejoin or follow_up_rejoin(follow_up), assigned)
+        return Completion(tuple(calls), rejoin, assigned, follow_up)
 
     def release(self, *, lost: bool) -> tuple[ListenerCall, ...]:
         """Leave (close/unsubscribe): lost or revoked, only when something is owned."""
@@ -303,11 +307,6 @@ def follow_up_needed(
     """Whether some member must give up something its JoinGroup claimed: it will revoke
     and rejoin, so another rebalance follows for certain (:data:`FOLLOW_UP_MARKER`)."""
     return any(owned - assigned.get(mid, frozenset()) for mid, owned in claims.items())
-
-
-def follow_up_rejoin(follow_up: bool) -> str | None:
-    """The rejoin reason of a member whose assignment carries the follow-up mark."""
-    return FOLLOW_UP_REJOIN if follow_up else None
 
 
 def release_calls(owned: frozenset[Any], *, lost: bool) -> tuple[ListenerCall, ...]:

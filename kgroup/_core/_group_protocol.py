@@ -26,7 +26,7 @@ Wire format (kgroup's, versioned; all classic Kafka encoding, big-endian)::
     assignment  int16 version (0) | [string] items | bytes data | int8 flags
 
 Assignment flags: bit 0, a follow-up rebalance is certain (someone gives up an item it
-claimed): rejoin at once (see ``FOLLOW_UP_MARKER`` in ``_embedding``). Other bits are
+claimed; see ``FOLLOW_UP_MARKER`` in ``_embedding``). Other bits are
 reserved (written 0, ignored).
 
 Readers accept higher versions by reading the v0 fields and ignoring what follows. Every
@@ -48,7 +48,6 @@ from ._embedding import (
     ListenerCall,
     cooperative_revocation,
     follow_up_needed,
-    follow_up_rejoin,
     release_calls,
 )
 from ._messages import JoinGroupMember
@@ -296,14 +295,10 @@ class ProtocolEmbedding:
         )
         added = assigned - self.owned
         self.protocol.on_assignment(assignment, generation.generation_id)
-        rejoin = (
-            rejoin
-            or self.protocol.rebalance_needed(generation.member_id)
-            or follow_up_rejoin(follow_up)
-        )
+        rejoin = rejoin or self.protocol.rebalance_needed(generation.member_id)
         self.owned = assigned
         calls.append(ListenerCall("on_partitions_assigned", added))
-        return Completion(tuple(calls), rejoin, assigned)
+        return Completion(tuple(calls), rejoin, assigned, follow_up)
 
     def release(self, *, lost: bool) -> tuple[ListenerCall, ...]:
         owned, self.owned = self.owned, frozenset()

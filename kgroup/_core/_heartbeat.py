@@ -22,7 +22,11 @@ from ._messages import HeartbeatRequest, HeartbeatResponse
 from ._reactions import Api, Reaction, reaction_for, unhandled
 from ._state import Generation, MemberState
 
-__all__ = ["HeartbeatDriver"]
+__all__ = ["FOLLOW_UP_LATE", "HeartbeatDriver"]
+
+
+#: The rejoin reason when an announced follow-up rebalance did not start (base.expect_follow_up).
+FOLLOW_UP_LATE = "the follow-up rebalance the leader announced has not started: re-join"
 
 
 def _earliest(until: float, lease_wake: float | None) -> float:
@@ -74,19 +78,27 @@ class HeartbeatDriver(LeaseRules):
             )
             leave = self.maybe_leave("consumer poll timeout has expired.", poll_timeout=True)
             return PollTimeoutLeave(leave)
+        follow_up = self._follow_up_deadline()
+        if follow_up is not None and now >= follow_up:
+            self._follow_up = None
+            self.request_rejoin(FOLLOW_UP_LATE)
+            follow_up = None
         if timers.in_flight:
             return HeartbeatWait(_earliest(now + backoff, lease_wake))
         renew_at = self._lease_renew_at()
         renew = renew_at is not None and now >= renew_at
         if not timers.heartbeat.expired(now) and not renew:
+            wake = _earliest(renew_at, lease_wake) if renew_at is not None else lease_wake
             return HeartbeatWait(
                 _earliest(
                     min(timers.heartbeat.deadline, timers.session.deadline, timers.poll.deadline),
-                    _earliest(renew_at, lease_wake) if renew_at is not None else lease_wake,
+                    _earliest(follow_up, wake) if follow_up is not None else wake,
                 )
             )
         self._last_heartbeat_sent_at = now
         timers.sent(now)
+        if follow_up is not None:
+            timers.heartbeat.reset(now, self.follow_up_interval())
         self._hb_sent = (now, self.generation, self.state is MemberState.STABLE)
         request = HeartbeatRequest(
             group_id=self.settings.group_id,

@@ -403,8 +403,10 @@ class RebalanceChain(LeaseRules):
         self.mark_coordinator_unknown(reason)
         self._chain_retry(now, f"rebalance failed due to {reason}", backoff=True)
 
-    def join_completed(self, now: float) -> None:
-        """The completion step (assignment installed, callbacks run) is done."""
+    def join_completed(self, now: float, *, follow_up: bool = False) -> None:
+        """The completion step (assignment installed, callbacks run) is done.
+        ``follow_up``: the leader marked the generation (``Completion.follow_up``); unless
+        this member rejoins anyway, it expects the follow-up rebalance (heartbeat driver)."""
         self.check_lease(now)
         if self.phase is ChainPhase.COMPLETING:
             self._enter(ChainPhase.IDLE, "join completed")
@@ -412,6 +414,8 @@ class RebalanceChain(LeaseRules):
             self._synced_assignment = b""
             # The installed assignment starts the lease: the heartbeat task must watch it.
             self._signals.wake_heartbeat = True
+            if follow_up and not self.rejoin_needed and self.state is MemberState.STABLE:
+                self.expect_follow_up(now)
 
     def on_invalid_assignment(self, now: float) -> None:
         """The completion could not install the assignment (the embedding rejected its

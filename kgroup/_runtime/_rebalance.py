@@ -306,7 +306,7 @@ class RebalanceDriver:
         with shared.step() as core:
             if completion.rejoin_reason:
                 core.request_rejoin(completion.rejoin_reason)
-            core.join_completed(shared.now())
+            core.join_completed(shared.now(), follow_up=completion.follow_up)
             rebalance_ms = core.last_rebalance_ms
             member_id = core.generation.member_id
         logger.info(

@@ -317,7 +317,7 @@ class Harness:
         self.calls.extend(completion.calls)
         if completion.rejoin_reason:
             self.core.request_rejoin(completion.rejoin_reason)
-        self.core.join_completed(self.now)
+        self.core.join_completed(self.now, follow_up=completion.follow_up)
         return completion
 
     def stable(

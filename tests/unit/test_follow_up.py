@@ -1,6 +1,7 @@
 """The follow-up mark (deviations.md row 12): when a cooperative rebalance makes a member
-give up something it claimed, a kgroup leader marks every assignment of the generation, and
-a kgroup member that reads the mark rejoins at once instead of at its next heartbeat."""
+give up something it claimed, a kgroup leader marks every assignment of the generation; a
+kgroup member that reads the mark and revokes nothing heartbeats faster until the follow-up
+rebalance starts, and rejoins by itself if it has not started within a heartbeat interval."""
 
 from __future__ import annotations
 
@@ -12,16 +13,20 @@ import pytest
 from kgroup import LeaderElection, ProtocolAssignment, WorkSharding
 from kgroup._core._assignors import BaseAssignor, MemberSubscription, RebalanceProtocol
 from kgroup._core._consumer_protocol import Assignment, Subscription, TopicPartition
-from kgroup._core._embedding import FOLLOW_UP_MARKER, FOLLOW_UP_REJOIN, ConsumerEmbedding
+from kgroup._core._embedding import FOLLOW_UP_MARKER, ConsumerEmbedding
 from kgroup._core._group_protocol import (
     ProtocolEmbedding,
     decode_assignment_flags,
     encode_assignment,
     encode_metadata,
 )
+from kgroup._core._heartbeat import FOLLOW_UP_LATE
+from kgroup._core._member import HeartbeatWait, PrepareJoin, SendHeartbeat
 from kgroup._core._messages import JoinGroupMember
 from kgroup._core._state import Generation
-from kgroup._errors import AssignmentError
+from kgroup._errors import AssignmentError, ErrorCode
+
+E = ErrorCode
 
 TP = TopicPartition
 
@@ -76,10 +81,10 @@ def test_follower_rejoins_at_once_and_its_assignor_never_sees_the_mark() -> None
     generation = Generation(2, "b", "recording")
     marked = Assignment(partitions=tps(2), user_data=FOLLOW_UP_MARKER).encode()
     completion = member.complete(generation, marked)
-    assert completion.rejoin_reason == FOLLOW_UP_REJOIN
+    assert completion.follow_up and completion.rejoin_reason is None
     assert completion.assignment == frozenset(tps(2))
     plain = Assignment(partitions=tps(2)).encode()
-    assert member.complete(Generation(3, "b", "recording"), plain).rejoin_reason is None
+    assert not member.complete(Generation(3, "b", "recording"), plain).follow_up
     assert seen == [None, None]
 
 
@@ -107,7 +112,7 @@ def test_an_assignors_own_user_data_is_never_replaced() -> None:
     assert Assignment.decode(out["b"]).user_data == FOLLOW_UP_MARKER
     follower = ConsumerEmbedding(["t"], [WithUserData()])
     completion = follower.complete(Generation(2, "a", "with-user-data"), out["a"])
-    assert completion.rejoin_reason is None
+    assert not completion.follow_up
 
 
 def test_eager_groups_are_never_marked() -> None:
@@ -155,7 +160,7 @@ def test_work_sharding_marks_a_generation_that_withholds_a_move() -> None:
     assert flags == {"a": True, "b": True}
     follower = ProtocolEmbedding(WorkSharding(shards, cooperative=True))
     completion = follower.complete(Generation(2, "b", leader.protocol.name), out["b"])
-    assert completion.rejoin_reason == FOLLOW_UP_REJOIN
+    assert completion.follow_up and completion.rejoin_reason is None
     # The next generation hands the withheld shards over; nothing is given up: no mark.
     kept = decode_assignment_flags(out["a"])[0].items
     again = leader.assign(
@@ -187,3 +192,86 @@ def test_group_protocol_assignment_flags_round_trip_and_truncation() -> None:
     member = ProtocolEmbedding(WorkSharding(["x"], cooperative=True))
     with pytest.raises(AssignmentError, match="flags"):
         member.complete(Generation(1, "m", member.protocol.name), data[:-1])
+
+
+# --- the member core: faster heartbeats, then a rejoin of its own ------------------------------
+
+
+def follower_with_mark(h: Any, name: str) -> None:
+    """h's member joins generation 2 as a follower and gets a marked, empty assignment."""
+    h.stable("B", generation=1, protocol=name)
+    h.core.request_rejoin("test")
+    h.poll()
+    h.prepare(lost=False)
+    h.send_join()
+    h.join_response(generation=2, member_id="B", leader="A", protocol_name=name)
+    marked = Assignment(partitions=(), user_data=FOLLOW_UP_MARKER).encode()
+    h.sync_response(assignment=marked, protocol_name=name)
+    completion = h.complete()
+    assert completion.follow_up
+
+
+def test_marked_member_heartbeats_faster_until_the_coordinator_announces_it(
+    make_harness, coop_assignor
+) -> None:
+    h = make_harness(assignors=(coop_assignor,), heartbeat_interval_ms=3_000)
+    follower_with_mark(h, coop_assignor.name)
+    start = h.now
+    assert not h.core.rejoin_needed  # it does not rejoin at once (no SyncGroup race)
+    assert h.events_named("member.follow_up_expected")
+    sent_at = []
+    for _ in range(3):  # every 300 ms (interval / 10), not every 3 000
+        wait = h.hb_expect(HeartbeatWait)
+        h.at(wait.until)
+        sent_at.append(h.now - start)
+        h.hb_respond(h.hb_send())
+    assert sent_at == [300, 600, 900]
+    h.at(h.hb_expect(HeartbeatWait).until)
+    h.hb_respond(h.hb_send(), E.REBALANCE_IN_PROGRESS)  # a revoking member rejoined
+    assert h.core.rejoin_reason == "group is already rebalancing"
+    h.poll()
+    assert isinstance(h.action(), PrepareJoin)  # joins the follow-up at once
+
+
+def test_marked_member_rejoins_by_itself_after_one_interval(make_harness, coop_assignor) -> None:
+    """The member that had to revoke never rejoined (e.g. a static member replaced without a
+    rebalance): one heartbeat interval after the sync, the member starts the rebalance."""
+    h = make_harness(assignors=(coop_assignor,), heartbeat_interval_ms=3_000)
+    follower_with_mark(h, coop_assignor.name)
+    start = h.now
+    while not h.core.rejoin_needed:
+        wait = h.hb()
+        if isinstance(wait, SendHeartbeat):
+            h.hb_respond(wait)
+            continue
+        assert isinstance(wait, HeartbeatWait)
+        h.at(wait.until)
+    assert h.now - start == 3_000
+    assert h.core.rejoin_reason == FOLLOW_UP_LATE
+    # after the rebalance, heartbeats are back to the normal interval
+    h.poll()
+    h.prepare(lost=False)
+    h.send_join()
+    h.join_response(generation=3, member_id="B", leader="A", protocol_name=coop_assignor.name)
+    h.sync_response(assignment=Assignment(partitions=()).encode(), protocol_name=coop_assignor.name)
+    assert not h.complete().follow_up
+    synced = h.now
+    h.at(h.hb_expect(HeartbeatWait).until)
+    assert h.now - synced == 3_000
+
+
+def test_a_revoking_member_rejoins_at_once_and_expects_nothing(make_harness, coop_assignor) -> None:
+    h = make_harness(assignors=(coop_assignor,))
+    name = coop_assignor.name
+    h.stable("B", generation=1, owned=h.tps("t", 0, 1), protocol=name)
+    h.core.request_rejoin("test")
+    h.poll()
+    h.prepare(lost=False)
+    h.send_join()
+    h.join_response(generation=2, member_id="B", leader="A", protocol_name=name)
+    marked = Assignment(partitions=tuple(h.tps("t", 0)), user_data=FOLLOW_UP_MARKER).encode()
+    h.sync_response(assignment=marked, protocol_name=name)
+    completion = h.complete()
+    assert completion.follow_up
+    assert h.core.rejoin_reason == "need to revoke partitions and re-join"
+    assert not h.events_named("member.follow_up_expected")
