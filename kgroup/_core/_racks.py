@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 
-__all__ = ["TopicLayout", "member_rack", "rack_aware", "replica_racks"]
+__all__ = ["RackPools", "TopicLayout", "member_rack", "rack_aware", "replica_racks"]
 
 _NO_RACKS: frozenset[str] = frozenset()
 
@@ -90,3 +90,45 @@ def rack_aware(member_racks: Collection[str], partition_racks: Iterable[frozense
     if every.isdisjoint(member_racks):
         return False
     return any(racks != every for racks in per_partition)
+
+
+class RackPools:
+    """The pools of the sticky count model (:data:`~kgroup._core._sticky_plan.Pool`): the
+    partitions of a topic split by which member racks their replicas are on, so that
+    within a pool every member is equally aligned with every partition.
+
+    Rack-aware under Kafka's condition (:func:`rack_aware`, over all members and all the
+    assigned topics' partitions, as Java's sticky assignors decide it); otherwise every
+    topic is a single pool and no member is aligned with anything.
+    """
+
+    def __init__(
+        self,
+        layout: Mapping[str, int],
+        topics: Sequence[str],
+        racks: Sequence[str | None],
+    ) -> None:
+        self.racks = racks
+        known = {r for r in racks if r is not None}
+        replicas = {t: [replica_racks(layout, t, p) for p in range(layout[t])] for t in topics}
+        self.enabled = rack_aware(known, (r for parts in replicas.values() for r in parts))
+        self.of_partition: dict[str, list[int]] = {}
+        self.pools: dict[str, list[tuple[str, int]]] = {}
+        self._near: dict[tuple[str, int], frozenset[str]] = {}
+        for topic in topics:
+            classes: dict[frozenset[str], int] = {}
+            near = [r & known if self.enabled else _NO_RACKS for r in replicas[topic]]
+            self.of_partition[topic] = [classes.setdefault(k, len(classes)) for k in near]
+            if not classes:
+                classes[_NO_RACKS] = 0
+            self.pools[topic] = [(topic, k) for k in classes.values()]
+            for key, k in classes.items():
+                self._near[(topic, k)] = key
+
+    def pool(self, topic: str, partition: int) -> tuple[str, int]:
+        return (topic, self.of_partition[topic][partition])
+
+    def aligned(self, member: int) -> frozenset[tuple[str, int]]:
+        """The pools with a replica on the rack of member ``member`` (by index)."""
+        rack = self.racks[member]
+        return frozenset(pool for pool, near in self._near.items() if rack in near)
