@@ -253,9 +253,9 @@ def _racks(c: Choices, partitions: Mapping[str, int]) -> dict[str, tuple[tuple[s
     """Replica racks: mostly one or two of three racks, now and then all three (when every
     partition has all, Java turns rack awareness off) or none."""
     everywhere = c.flag(0.15)
-    result = {}
+    result: dict[str, tuple[tuple[str, ...], ...]] = {}
     for topic, n in partitions.items():
-        parts = []
+        parts: list[tuple[str, ...]] = []
         for _ in range(n):
             if everywhere:
                 parts.append(RACKS)
