@@ -31,6 +31,7 @@ from kgroup._core._racks import rack_aware
 from kgroup._runtime._connection import Cluster
 
 TP = TopicPartition
+Group = tuple[TopicLayout, list[MemberSubscription]]
 RACKS = ("r0", "r1", "r2")
 FAST = settings(max_examples=150, deadline=None)
 
@@ -183,7 +184,7 @@ def test_range_keeps_co_partitioned_topics_together() -> None:
 
 
 @st.composite
-def rack_groups(draw: st.DrawFn, max_partitions: int = 8, max_members: int = 5) -> tuple:
+def rack_groups(draw: st.DrawFn, max_partitions: int = 8, max_members: int = 5) -> Group:
     topics = [f"t{i}" for i in range(draw(st.integers(1, 3)))]
     rack_sets = st.lists(st.sampled_from(RACKS), max_size=2, unique=True)
     racks = {t: draw(st.lists(rack_sets, max_size=max_partitions)) for t in topics}
@@ -204,7 +205,7 @@ def rack_groups(draw: st.DrawFn, max_partitions: int = 8, max_members: int = 5) 
 
 @given(rack_groups(max_partitions=12, max_members=6))
 @FAST
-def test_range_with_racks_keeps_the_per_topic_quotas_and_co_partitioning(group: tuple) -> None:
+def test_range_with_racks_keeps_the_per_topic_quotas_and_co_partitioning(group: Group) -> None:
     layout, members = group
     result = plain(RangeAssignor().assign(layout, members))
     for topic, n in layout.items():
@@ -220,23 +221,27 @@ def test_range_with_racks_keeps_the_per_topic_quotas_and_co_partitioning(group: 
     for topic, n in layout.items():
         key = tuple(m.member_id for m in members if topic in m.subscription.topics)
         by_subscribers.setdefault((key, n), []).append(topic)
-    for (subscribers, _), topics in by_subscribers.items():
+    for (subscribers, _), same in by_subscribers.items():
         for m in subscribers:
-            numbers = {t: [tp.partition for tp in result[m] if tp.topic == t] for t in topics}
+            numbers = {t: [tp.partition for tp in result[m] if tp.topic == t] for t in same}
             assert len({tuple(p) for p in numbers.values()}) == 1, numbers
 
 
 # --- sticky: rack alignment, the best any balanced assignment reaches -------------------------
 
 
-def _aligned(layout: TopicLayout, members: Sequence[MemberSubscription], owners: Mapping) -> int:
+def _aligned(
+    layout: TopicLayout, members: Sequence[MemberSubscription], owners: Mapping[TopicPartition, str]
+) -> int:
     rack = {m.member_id: m.subscription.rack_id for m in members}
     return sum(
         1 for tp, m in owners.items() if rack[m] in layout.replica_racks(tp.topic, tp.partition)
     )
 
 
-def _best(layout: TopicLayout, members: Sequence[MemberSubscription], aware: bool) -> tuple:
+def _best(
+    layout: TopicLayout, members: Sequence[MemberSubscription], aware: bool
+) -> tuple[int, int, int]:
     """Over every complete assignment: the least (sum of squares, -aligned, -claims kept)."""
     subscribed = {t for m in members for t in m.subscription.topics}
     everything = [TP(t, p) for t, n in layout.items() if t in subscribed for p in range(n)]
@@ -244,7 +249,7 @@ def _best(layout: TopicLayout, members: Sequence[MemberSubscription], aware: boo
         [m.member_id for m in members if tp.topic in m.subscription.topics] for tp in everything
     ]
     claimed = {tp: m.member_id for m in members for tp in m.subscription.owned_partitions}
-    best = None
+    best: tuple[int, int, int] | None = None
     for choice in itertools.product(*eligible):
         squares = sum(n * n for n in Counter(choice).values())
         owners = dict(zip(everything, choice, strict=True))
@@ -252,11 +257,12 @@ def _best(layout: TopicLayout, members: Sequence[MemberSubscription], aware: boo
         kept = sum(1 for tp, m in owners.items() if claimed.get(tp) == m)
         if best is None or (squares, -aligned, -kept) < best:
             best = (squares, -aligned, -kept)
+    assert best is not None
     return best
 
 
 @st.composite
-def tiny_rack_groups(draw: st.DrawFn) -> tuple:
+def tiny_rack_groups(draw: st.DrawFn) -> Group:
     layout, members = draw(rack_groups(max_partitions=4, max_members=4))
     everything = [TP(t, p) for t, n in layout.items() for p in range(n)]
     if len(everything) > 7:
@@ -294,7 +300,7 @@ class _Target(CooperativeStickyAssignor):
         [member("a", ["t"], "r1", [TP("t", 1)]), member("b", ["t"], "r2", [TP("t", 0)])],
     )
 )
-def test_sticky_target_is_the_most_aligned_balanced_assignment_then_stickiest(group: tuple) -> None:
+def test_sticky_target_is_the_most_aligned_balanced_assignment_then_stickiest(group: Group) -> None:
     layout, members = group
     racks = {m.subscription.rack_id for m in members if m.subscription.rack_id}
     subscribed = {t for m in members for t in m.subscription.topics}
@@ -312,7 +318,7 @@ def test_sticky_target_is_the_most_aligned_balanced_assignment_then_stickiest(gr
 
 @given(rack_groups(max_partitions=10, max_members=6))
 @FAST
-def test_sticky_ignores_racks_where_kafka_would(group: tuple) -> None:
+def test_sticky_ignores_racks_where_kafka_would(group: Group) -> None:
     layout, members = group
     flat = TopicLayout({t: [set(RACKS)] * n for t, n in layout.items()})  # every rack everywhere
     for assignor in (StickyAssignor(), CooperativeStickyAssignor()):
