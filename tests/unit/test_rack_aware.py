@@ -221,8 +221,8 @@ def test_range_with_racks_keeps_the_per_topic_quotas_and_co_partitioning(group: 
     for topic, n in layout.items():
         key = tuple(m.member_id for m in members if topic in m.subscription.topics)
         by_subscribers.setdefault((key, n), []).append(topic)
-    for (subscribers, _), same in by_subscribers.items():
-        for m in subscribers:
+    for (sharing, _), same in by_subscribers.items():
+        for m in sharing:
             numbers = {t: [tp.partition for tp in result[m] if tp.topic == t] for t in same}
             assert len({tuple(p) for p in numbers.values()}) == 1, numbers
 
