@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import pytest
 
-from kgroup import GroupConfig, TopicPartition
+from kgroup import GroupConfig, TopicLayout, TopicPartition
 from kgroup._runtime._transport import KafkaTransport
 from kgroup.testing import KafkaBroker, MockCluster
 from kgroup.testing._members import MemberGroup, MemberRunner
-from tests.integration.conftest import group_config
+from tests.integration.conftest import HasBootstrap, group_config
 
 TIMEOUT = 60.0
 
@@ -31,12 +31,12 @@ async def _layout(config: GroupConfig, topic: str) -> dict[int, frozenset[str]]:
         layout = await transport.partitions_for([topic])
     finally:
         await transport.aclose()
-    racks = getattr(layout, "replica_racks")  # noqa: B009 - the Transport returns a Mapping
-    return {p: racks(topic, p) for p in range(layout[topic])}
+    assert isinstance(layout, TopicLayout)
+    return {p: layout.replica_racks(topic, p) for p in range(layout[topic])}
 
 
 async def _group(
-    broker: object, group_id: str, topic: str, partitions: int, assignor: str
+    broker: HasBootstrap, group_id: str, topic: str, partitions: int, assignor: str
 ) -> tuple[MemberGroup, list[MemberRunner]]:
     group = MemberGroup()
     runners = []
