@@ -17,7 +17,8 @@ first output is ``kept + free`` and its target ``kept + free + moved``.
    a member holding two fewer, and can keep claims a chain of moves would take;
 1a. under rack-aware assignment, minus the units of pools ``aligned`` with their member
    (rack alignment: partitions with a replica on their member's rack), as Java ranks it:
-   after balance, before stickiness;
+   after balance, before stickiness. DEVIATION (spec §7.3): Java aligns greedily, kgroup
+   reaches the most aligned balanced assignment;
 2. minus the claims kept (stickiness: fewest moves, fewest withheld);
 3. a linear preference over the targets (``target_rank``), which the caller uses to choose
    which members get the larger share where balance leaves the choice open;

@@ -29,6 +29,7 @@ from kgroup import (
 )
 from kgroup._core._racks import rack_aware
 from kgroup._runtime._connection import Cluster
+from tests.unit._docs import run_doc_example
 
 TP = TopicPartition
 Group = tuple[TopicLayout, list[MemberSubscription]]
@@ -69,6 +70,12 @@ def test_topic_layout_is_the_counts_with_replica_racks() -> None:
     assert layout.replica_racks("nope", 0) == frozenset()
     assert TopicLayout.without_racks({"a": 2}).replica_racks("a", 1) == frozenset()
     assert "r2" in repr(layout)
+
+
+def test_the_guide_example_of_a_topic_layout_runs() -> None:
+    assert isinstance(
+        run_doc_example("guide/member.md", "### Rack-aware assignment")["layout"], TopicLayout
+    )
 
 
 # --- replica racks from Metadata -----------------------------------------------------------
