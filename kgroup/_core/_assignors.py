@@ -77,8 +77,8 @@ class Assignor(Protocol):
     ``assign(partitions_per_topic, members)`` runs on the leader only. It receives the
     partition count of every subscribed topic that has metadata (from the leader, a
     :class:`~kgroup.TopicLayout`, which also gives each partition's replica racks) and every
-    member's Subscription, and MUST return an Assignment for **every** member (an empty one if it gets
-    nothing). It must be deterministic and must not raise for any valid input.
+    member's Subscription, and MUST return an Assignment for **every** member (an empty one
+    if it gets nothing). It must be deterministic and must not raise for any valid input.
 
     ``on_assignment(assignment, generation_id)`` is called on every member once its
     Assignment for ``generation_id`` arrives (§6.4 step 7).
