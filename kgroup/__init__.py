@@ -17,6 +17,7 @@ from ._core._assignors import (
 from ._core._consumer_protocol import Assignment, Subscription, TopicPartition
 from ._core._election import LEADER, LeaderElection
 from ._core._group_protocol import GroupProtocol, ProtocolAssignment, ProtocolMember
+from ._core._racks import TopicLayout
 from ._core._sharding import WorkSharding
 from ._core._state import Generation, MemberState
 from ._core._sticky import CooperativeStickyAssignor, StickyAssignor
@@ -105,6 +106,7 @@ __all__ = [
     "StickyAssignor",
     "Subscription",
     "TopicAuthorizationFailed",
+    "TopicLayout",
     "TopicPartition",
     "UnexpectedBrokerError",
     "UnsupportedVersion",

@@ -15,9 +15,9 @@ processed in name order and every Assignment lists its partitions sorted by (top
 partition), so the same input always gives the same output (a leader that produced a
 different answer each time would cause needless partition moves).
 
-Not covered here: rack-aware assignment (KIP-881), which needs replica racks the assign
-signature does not carry; the sticky / cooperative-sticky assignors are in
-:mod:`kgroup._core._sticky`.
+Rack awareness (KIP-881): the leader passes a :class:`~kgroup._core._racks.TopicLayout` as
+``partitions_per_topic``; ``range`` uses its replica racks as Kafka's does (below). The
+sticky / cooperative-sticky assignors are in :mod:`kgroup._core._sticky`.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from kgroup._core._consumer_protocol import Assignment, Subscription, TopicPartition
+from kgroup._core._racks import member_rack, rack_aware, replica_racks
 from kgroup._errors import AssignmentError, ConfigError
 
 __all__ = [
@@ -74,9 +75,10 @@ class Assignor(Protocol):
     assignor-specific bytes to put in it (``None`` for none).
 
     ``assign(partitions_per_topic, members)`` runs on the leader only. It receives the
-    partition count of every subscribed topic that has metadata and every member's
-    Subscription, and MUST return an Assignment for **every** member (an empty one if it gets
-    nothing). It must be deterministic and must not raise for any valid input.
+    partition count of every subscribed topic that has metadata (from the leader, a
+    :class:`~kgroup.TopicLayout`, which also gives each partition's replica racks) and every
+    member's Subscription, and MUST return an Assignment for **every** member (an empty one
+    if it gets nothing). It must be deterministic and must not raise for any valid input.
 
     ``on_assignment(assignment, generation_id)`` is called on every member once its
     Assignment for ``generation_id`` arrives (§6.4 step 7).
@@ -174,6 +176,17 @@ class RangeAssignor(BaseAssignor):
     For a topic with ``P`` partitions and ``C`` subscribers, the first ``P mod C`` subscribers
     get ``P div C + 1`` partitions and the rest ``P div C``. Topics with the same partition
     count and subscribers are therefore co-partitioned.
+
+    Rack-aware (KIP-881), as Kafka's ``RangeAssignor``: when ``partitions_per_topic`` is a
+    :class:`~kgroup.TopicLayout` and :func:`~kgroup._core._racks.rack_aware` holds for some
+    topic (over its subscribers' racks and its partitions' replica racks), a first pass
+    hands each member, within the same per-member counts, the partitions that have a
+    replica on its rack (a member without a rack matches every partition): per topic in
+    member order, the lowest such partitions; for topics with the same subscribers and
+    partition count (co-partitioned, when some subscriber has a rack), partition by
+    partition to the first member that matches it in all of them, so co-partitioning holds.
+    A second pass deals the rest as above: each member in order takes the lowest partitions
+    left, up to its count.
     """
 
     name = "range"
@@ -185,15 +198,101 @@ class RangeAssignor(BaseAssignor):
         ordered = sort_members(members)
         subscribed = [frozenset(m.subscription.topics) for m in ordered]
         result: dict[str, list[TopicPartition]] = {m.member_id: [] for m in ordered}
-        for topic in _assignable_topics(partitions_per_topic, subscribed):
-            subscribers = [m for m, s in zip(ordered, subscribed, strict=True) if topic in s]
-            quota, extra = divmod(partitions_per_topic[topic], len(subscribers))
-            start = 0
-            for i, member in enumerate(subscribers):
-                end = start + quota + (1 if i < extra else 0)
-                result[member.member_id].extend(TopicPartition(topic, p) for p in range(start, end))
-                start = end
-        return {mid: Assignment(partitions=tuple(tps)) for mid, tps in result.items()}
+        states = [
+            _RangeTopic(
+                topic,
+                partitions_per_topic,
+                [m for m, s in zip(ordered, subscribed, strict=True) if topic in s],
+            )
+            for topic in _assignable_topics(partitions_per_topic, subscribed)
+            if partitions_per_topic[topic] > 0
+        ]
+        if any(state.rack_aware for state in states):
+            groups: dict[tuple[tuple[str, str | None], ...], dict[int, list[_RangeTopic]]] = {}
+            for state in states:
+                key = tuple(state.members.items())
+                groups.setdefault(key, {}).setdefault(len(state.racks), []).append(state)
+            for by_count in groups.values():
+                for count, same in by_count.items():
+                    if len(same) > 1:
+                        _co_partitioned(same, count, result)
+                    elif same[0].rack_aware:
+                        same[0].deal(result, matching=True)
+        for state in states:
+            state.deal(result, matching=False)
+        return {mid: Assignment(partitions=tuple(sorted(tps))) for mid, tps in result.items()}
+
+
+class _RangeTopic:
+    """One topic's range assignment in progress: its members (in order, with their racks),
+    the partitions left, and each member's count so far."""
+
+    def __init__(
+        self, topic: str, layout: Mapping[str, int], members: Sequence[MemberSubscription]
+    ) -> None:
+        self.topic = topic
+        self.members = {m.member_id: member_rack(m.subscription.rack_id) for m in members}
+        count = layout[topic]
+        self.left = dict.fromkeys(range(count))  # insertion-ordered set
+        self.assigned = dict.fromkeys(self.members, 0)
+        self.quota, self.extra = divmod(count, len(members))
+        member_racks = {r for r in self.members.values() if r is not None}
+        self.racks: list[frozenset[str]] = (
+            [replica_racks(layout, topic, p) for p in range(count)] if member_racks else []
+        )
+        self.rack_aware = rack_aware(member_racks, self.racks)
+
+    def matches(self, member_id: str, partition: int) -> bool:
+        rack = self.members[member_id]
+        return rack is None or rack in self.racks[partition]
+
+    def room(self, member_id: str) -> int:
+        """How many more partitions the member may get."""
+        most = self.quota + (1 if self.extra > 0 else 0)
+        return max(0, most - self.assigned[member_id])
+
+    def give(
+        self, member_id: str, partitions: Sequence[int], result: dict[str, list[TopicPartition]]
+    ) -> None:
+        result[member_id].extend(TopicPartition(self.topic, p) for p in partitions)
+        self.assigned[member_id] += len(partitions)
+        if self.assigned[member_id] > self.quota:
+            self.extra -= 1
+        for p in partitions:
+            del self.left[p]
+
+    def deal(self, result: dict[str, list[TopicPartition]], *, matching: bool) -> None:
+        """Each member in order takes the lowest partitions left (that match its rack,
+        when ``matching``), up to its room."""
+        for member_id in self.members:
+            if not self.left:
+                return
+            room = self.room(member_id)
+            chosen = [p for p in self.left if not matching or self.matches(member_id, p)][:room]
+            if chosen:
+                self.give(member_id, chosen, result)
+
+
+def _co_partitioned(
+    states: Sequence[_RangeTopic], count: int, result: dict[str, list[TopicPartition]]
+) -> None:
+    """Rack matching for topics with the same members and partition count: partition ``p``
+    of all of them goes to the first member that matches it in every topic and has room in
+    every topic; a member with room in none is done."""
+    remaining = list(states[0].members)
+    for p in range(count):
+        chosen = next(
+            (m for m in remaining if all(s.matches(m, p) and s.room(m) > 0 for s in states)),
+            None,
+        )
+        if chosen is None:
+            continue
+        for state in states:
+            state.give(chosen, [p], result)
+        if all(s.room(chosen) == 0 for s in states):
+            remaining.remove(chosen)
+            if not remaining:
+                return
 
 
 class RoundRobinAssignor(BaseAssignor):

@@ -24,6 +24,7 @@ from ._assignors import (
 )
 from ._consumer_protocol import PROTOCOL_TYPE, Assignment, Subscription, TopicPartition
 from ._messages import JoinGroupMember
+from ._racks import TopicLayout
 from ._state import Generation
 
 __all__ = ["Completion", "ConsumerEmbedding", "ListenerCall"]
@@ -100,6 +101,9 @@ class ConsumerEmbedding:
         #: (§6.3 step 7; ``None``: the topic had no metadata). Cleared at every PrepareJoin;
         #: set again only by :meth:`assign`, so it is the current leader's.
         self.assignment_snapshot: dict[str, int | None] | None = None
+        #: With it, the replica racks of those topics' partitions, when the leader assigned
+        #: rack-aware (some member had a rack and the metadata carried racks; KIP-881).
+        self.rack_snapshot: dict[str, tuple[frozenset[str], ...]] | None = None
 
     # -- subscription ----------------------------------------------------------------------------
 
@@ -134,6 +138,12 @@ class ConsumerEmbedding:
                     f"{topic}: {'no metadata' if before is None else f'{before} partitions'}"
                     f" -> {'no metadata' if after is None else f'{after} partitions'}"
                 )
+        racks = self.rack_snapshot
+        if racks is not None and isinstance(partitions_per_topic, TopicLayout):
+            for topic in sorted(racks):
+                now = partition_racks(partitions_per_topic, topic)
+                if len(now) == len(racks[topic]) and now != racks[topic]:
+                    changes.append(f"{topic}: replica racks changed")
         if not changes:
             return None
         return "metadata changed since the assignment (" + "; ".join(changes) + ")"
@@ -198,6 +208,15 @@ class ConsumerEmbedding:
         subscriptions = self._decode_members(members)
         topics = sorted({t for m in subscriptions for t in m.subscription.topics})
         self.assignment_snapshot = {t: partitions_per_topic.get(t) for t in topics}
+        self.rack_snapshot = None
+        if isinstance(partitions_per_topic, TopicLayout) and any(
+            m.subscription.rack_id for m in subscriptions
+        ):
+            self.rack_snapshot = {
+                t: partition_racks(partitions_per_topic, t)
+                for t in topics
+                if t in partitions_per_topic
+            }
         result = assignor.assign(partitions_per_topic, subscriptions)
         if self.rebalance_protocol is RebalanceProtocol.COOPERATIVE:
             _check_cooperative(protocol_name, subscriptions, result)
@@ -224,7 +243,7 @@ class ConsumerEmbedding:
 
     def prepare(self, *, lost: bool) -> tuple[ListenerCall, ...]:
         """Pre-join hook (§6.2): lost if the Generation was reset, revoked otherwise."""
-        self.assignment_snapshot = None
+        self.assignment_snapshot = self.rack_snapshot = None
         owned = self.owned
         if lost:
             self.owned = frozenset()
@@ -299,6 +318,11 @@ def cooperative_revocation(
     if claimed - assigned:
         return [], CLAIMS_LOST_REJOIN
     return [], None
+
+
+def partition_racks(layout: TopicLayout, topic: str) -> tuple[frozenset[str], ...]:
+    """The replica racks of each partition of ``topic`` (empty when it has no metadata)."""
+    return tuple(layout.replica_racks(topic, p) for p in range(layout.get(topic, 0)))
 
 
 def follow_up_needed(

@@ -53,6 +53,7 @@ from kgroup._core._assignors import (
     sort_members,
 )
 from kgroup._core._consumer_protocol import Assignment, TopicPartition
+from kgroup._core._racks import RackPools, member_rack
 from kgroup._core._sticky_plan import Plan, initial_counts
 from kgroup._core._sticky_user_data import (
     NO_GENERATION,
@@ -217,12 +218,14 @@ def _sticky_target(
     assignable = frozenset(topics)
     subscribed = [s & assignable for s in wanted]
     valid = _valid_claims(partitions_per_topic, subscribed, owners)
-    plan = _start(topics, partitions_per_topic, subscribed, valid, owners)
+    racks = [member_rack(m.subscription.rack_id) for m in ordered]
+    pools = RackPools(partitions_per_topic, topics, racks)
+    plan = _start(topics, partitions_per_topic, subscribed, valid, owners, pools)
     groups: dict[frozenset[str], list[int]] = {}
     for index, topics_wanted in enumerate(wanted):
         groups.setdefault(topics_wanted, []).append(index)
     plan = _TieBreak(plan, list(groups.values())).run()
-    return _partitions(plan, topics, partitions_per_topic, valid, owners)
+    return _partitions(plan, topics, partitions_per_topic, valid, owners, pools)
 
 
 def _start(
@@ -231,9 +234,12 @@ def _start(
     subscribed: Sequence[frozenset[str]],
     valid: Sequence[Sequence[TopicPartition]],
     owners: Mapping[TopicPartition, int],
+    pools: RackPools,
 ) -> Plan:
     """Balanced counts that keep claims, split into kinds: each member keeps as many of its
-    claims as its count holds, and the free partitions go to the lowest outputs first."""
+    claims as its count holds, and the free partitions go to the lowest outputs first.
+    Then per pool: a member keeps its first claims, and its free and moved units fill the
+    pools of the topic in order (rack alignment is left to :meth:`Plan.optimise`)."""
     held = initial_counts(topics, partitions_per_topic, subscribed, valid)
     members = range(len(subscribed))
     claims = [dict.fromkeys(sorted(s), 0) for s in subscribed]
@@ -259,7 +265,59 @@ def _start(
         for i in members:
             if topic in subscribed[i]:
                 moved[i][topic] = held[i][topic] - kept[i][topic] - free[i][topic]
-    return Plan(topics, subscribed, claims, kept, free, moved)
+    return _by_pool(
+        topics, partitions_per_topic, subscribed, valid, owners, pools, kept, free, moved
+    )
+
+
+def _by_pool(
+    topics: Sequence[str],
+    partitions_per_topic: Mapping[str, int],
+    subscribed: Sequence[frozenset[str]],
+    valid: Sequence[Sequence[TopicPartition]],
+    owners: Mapping[TopicPartition, int],
+    pools: RackPools,
+    kept: Sequence[Mapping[str, int]],
+    free: Sequence[Mapping[str, int]],
+    moved: Sequence[Mapping[str, int]],
+) -> Plan:
+    """The per-topic counts as a :class:`Plan` over pools."""
+    members = range(len(subscribed))
+    mine = [sorted(p for t in sorted(s) for p in pools.pools[t]) for s in subscribed]
+    p_claims = [dict.fromkeys(mine[i], 0) for i in members]
+    p_kept = [dict.fromkeys(mine[i], 0) for i in members]
+    p_free = [dict.fromkeys(mine[i], 0) for i in members]
+    p_moved = [dict.fromkeys(mine[i], 0) for i in members]
+    for i, tps in enumerate(valid):
+        taken = dict.fromkeys(kept[i], 0)
+        for tp in tps:
+            pool = pools.pool(tp.topic, tp.partition)
+            p_claims[i][pool] += 1
+            if taken[tp.topic] < kept[i][tp.topic]:
+                taken[tp.topic] += 1
+                p_kept[i][pool] += 1
+    for topic in topics:
+        unclaimed = dict.fromkeys(pools.pools[topic], 0)
+        claimed = dict.fromkeys(pools.pools[topic], 0)
+        for p in range(partitions_per_topic[topic]):
+            side = claimed if TopicPartition(topic, p) in owners else unclaimed
+            side[pools.pool(topic, p)] += 1
+        for i in members:
+            for pool in pools.pools[topic] if topic in subscribed[i] else ():
+                claimed[pool] -= p_kept[i][pool]
+        for sizes, units, out in ((unclaimed, free, p_free), (claimed, moved, p_moved)):
+            for i in members:  # fill the pools in order, as many units as each holds
+                need = units[i].get(topic, 0)
+                for pool in pools.pools[topic]:
+                    share = min(need, sizes[pool])
+                    if share:
+                        out[i][pool] += share
+                        sizes[pool] -= share
+                        need -= share
+    every = [pool for t in topics for pool in pools.pools[t]]
+    aligned = [pools.aligned(i) for i in members] if pools.enabled else None
+    subscribed_pools = [frozenset(m) for m in mine]
+    return Plan(every, subscribed_pools, p_claims, p_kept, p_free, p_moved, aligned)
 
 
 class _TieBreak:
@@ -282,7 +340,7 @@ class _TieBreak:
         self.groups = groups
         self.shared = [g for g in groups if len(g) > 1]
         self.members = sum(len(g) for g in groups)
-        size = self.members * max(1, len(plan.topics))
+        size = self.members * max(1, len(plan.pools))
         self.budget = min(200, 40000 // size)
 
     def run(self) -> Plan:
@@ -411,26 +469,33 @@ def _partitions(
     partitions_per_topic: Mapping[str, int],
     valid: Sequence[Sequence[TopicPartition]],
     owners: Mapping[TopicPartition, int],
+    pools: RackPools,
 ) -> list[list[TopicPartition]]:
-    """The counts as partitions: a member keeps its first claims in (topic, partition)
-    order; free, then moved partitions are dealt round-robin in member order."""
+    """The counts as partitions, pool by pool: a member keeps its first claims in (topic,
+    partition) order; free, then moved partitions are dealt round-robin in member order."""
     result: list[list[TopicPartition]] = [[] for _ in valid]
     for topic in topics:
-        kept: set[TopicPartition] = set()
-        for index, tps in enumerate(valid):
-            own = [tp for tp in tps if tp.topic == topic][: plan.kept[index].get(topic, 0)]
-            result[index].extend(own)
-            kept.update(own)
-        everything = [TopicPartition(topic, p) for p in range(partitions_per_topic[topic])]
-        free = [tp for tp in everything if tp not in owners]
-        moved = [tp for tp in everything if tp in owners and tp not in kept]
-        for pool, kind in ((free, plan.free), (moved, plan.moved)):
-            wanted = {i: kind[i].get(topic, 0) for i in range(len(valid))}
-            left = deque(i for i, n in wanted.items() if n)
-            for tp in pool:
-                index = left.popleft()
-                result[index].append(tp)
-                wanted[index] -= 1
-                if wanted[index]:
-                    left.append(index)
+        for pool in pools.pools[topic]:
+            kept: set[TopicPartition] = set()
+            for index, tps in enumerate(valid):
+                mine = [tp for tp in tps if pools.pool(tp.topic, tp.partition) == pool]
+                own = mine[: plan.kept[index].get(pool, 0)]
+                result[index].extend(own)
+                kept.update(own)
+            everything = [
+                TopicPartition(topic, p)
+                for p in range(partitions_per_topic[topic])
+                if pools.pool(topic, p) == pool
+            ]
+            free = [tp for tp in everything if tp not in owners]
+            moved = [tp for tp in everything if tp in owners and tp not in kept]
+            for kind_pool, kind in ((free, plan.free), (moved, plan.moved)):
+                wanted = {i: kind[i].get(pool, 0) for i in range(len(valid))}
+                left = deque(i for i, n in wanted.items() if n)
+                for tp in kind_pool:
+                    index = left.popleft()
+                    result[index].append(tp)
+                    wanted[index] -= 1
+                    if wanted[index]:
+                        left.append(index)
     return result

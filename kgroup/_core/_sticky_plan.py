@@ -1,11 +1,13 @@
-"""The count model of the sticky assignors: how many partitions of each topic each member
-gets, and of which kind (spec §7.3, §7.6).
+"""The count model of the sticky assignors: how many partitions of each pool each member gets,
+and of which kind (spec §7.3, §7.6).
 
-A member's units of a topic are of three kinds: claims it keeps (``kept``), partitions
-nobody claims (``free``), and partitions another member claims, or two members claim in
-the same generation, or a claimant that no longer subscribes claims (``moved``). Under
-``cooperative-sticky`` the ``moved`` ones are withheld this generation, so a member's first
-output is ``kept + free`` and its target ``kept + free + moved``.
+A pool is a topic, or under rack-aware assignment the partitions of a topic whose replica
+racks include the same member racks (:data:`Pool`): within a pool, partitions are
+interchangeable. A member's units of a pool are of three kinds: claims it keeps (``kept``),
+partitions nobody claims (``free``), and partitions another member claims, or two members
+claim in the same generation, or a claimant that no longer subscribes claims (``moved``).
+Under ``cooperative-sticky`` the ``moved`` ones are withheld this generation, so a member's
+first output is ``kept + free`` and its target ``kept + free + moved``.
 
 :class:`Plan` finds the counts that minimise, in this order of priority:
 
@@ -13,6 +15,10 @@ output is ``kept + free`` and its target ``kept + free + moved``.
    one, and no chain of members can pass a partition to one holding two fewer).
    DEVIATION (spec §7.3): Java's general path stops when no single partition can move to
    a member holding two fewer, and can keep claims a chain of moves would take;
+1a. under rack-aware assignment, minus the units of pools ``aligned`` with their member
+   (rack alignment: partitions with a replica on their member's rack), as Java ranks it:
+   after balance, before stickiness. DEVIATION (spec §7.3; deviations.md row 13): Java
+   aligns greedily, kgroup reaches the most aligned balanced assignment;
 2. minus the claims kept (stickiness: fewest moves, fewest withheld);
 3. a linear preference over the targets (``target_rank``), which the caller uses to choose
    which members get the larger share where balance leaves the choice open;
@@ -20,8 +26,9 @@ output is ``kept + free`` and its target ``kept + free + moved``.
 5. a linear preference over the outputs (``output_rank``).
 
 These are one min-cost flow: a source feeds each member's target node (priorities 1 and
-3), which feeds the member's output node (4 and 5) or takes ``moved`` units of a topic; the
-output node takes ``free`` units or the member's own claims (2). The priorities become one
+3), which feeds the member's output node (4 and 5) or takes ``moved`` units of a pool; the
+output node takes ``free`` units or the member's own claims (2); a unit of an aligned pool
+earns 1a. The priorities become one
 integer cost, with weights far enough apart that a higher one always decides, and
 :meth:`Plan.optimise` cancels negative cycles of the residual graph (Bellman-Ford with a
 predecessor-graph cycle check after each pass), moving as many units along each cycle as
@@ -38,47 +45,58 @@ from collections.abc import Mapping, Sequence
 
 from kgroup._core._consumer_protocol import TopicPartition
 
-__all__ = ["Plan", "initial_counts"]
+__all__ = ["Plan", "Pool", "initial_counts"]
+
+Pool = tuple[str, int]
+"""(topic, rack class): partitions of a topic that are interchangeable for the assignment.
+Without rack awareness every topic is one pool, class 0."""
 
 _INFINITE = 1 << 62
 
 # What an arc of the residual graph changes when flow goes along it.
 _NOTHING, _TAKE_MOVED, _GIVE_MOVED, _TAKE_FREE, _GIVE_FREE, _KEEP, _RELEASE = range(7)
 
-# An arc: (tail, head, cost of the next unit, capacity, slope, kind, member, topic). A
+# An arc: (tail, head, cost of the next unit, capacity, slope, kind, member, pool). A
 # convex arc's cost grows by 2 * slope per unit; the others have slope 0.
-_Arc = tuple[int, int, int, int, int, int, int, str]
+_Arc = tuple[int, int, int, int, int, int, int, Pool]
+_NO_POOL: Pool = ("", -1)
 
 
 class Plan:
-    """Per member and topic: ``kept`` claims, ``free`` units and ``moved`` units."""
+    """Per member and pool: ``kept`` claims, ``free`` units and ``moved`` units.
+
+    ``subscribed[u]`` are the pools member ``u`` may take, ``aligned[u]`` those whose
+    partitions have a replica on its rack (``None``: rack awareness off)."""
 
     def __init__(
         self,
-        topics: Sequence[str],
-        subscribed: Sequence[frozenset[str]],
-        claims: Sequence[Mapping[str, int]],
-        kept: list[dict[str, int]],
-        free: list[dict[str, int]],
-        moved: list[dict[str, int]],
+        pools: Sequence[Pool],
+        subscribed: Sequence[frozenset[Pool]],
+        claims: Sequence[Mapping[Pool, int]],
+        kept: list[dict[Pool, int]],
+        free: list[dict[Pool, int]],
+        moved: list[dict[Pool, int]],
+        aligned: Sequence[frozenset[Pool]] | None = None,
     ) -> None:
-        self.topics = topics
+        self.pools = pools
         self.subscribed = subscribed
         self.claims = claims
         self.kept, self.free, self.moved = kept, free, moved
-        self._member_topics = [
-            [(index, t) for index, t in enumerate(topics) if t in s] for s in subscribed
+        self.aligned = aligned
+        self._member_pools = [
+            [(index, t) for index, t in enumerate(pools) if t in s] for s in subscribed
         ]
         self._units = sum(sum(d.values()) for part in (kept, free, moved) for d in part)
 
     def copy(self) -> Plan:
         return Plan(
-            self.topics,
+            self.pools,
             self.subscribed,
             self.claims,
             [dict(d) for d in self.kept],
             [dict(d) for d in self.free],
             [dict(d) for d in self.moved],
+            self.aligned,
         )
 
     def outputs(self) -> list[int]:
@@ -101,15 +119,16 @@ class Plan:
         w_output = w_output_rank * (n + 1) + 1
         w_target_rank = w_output * (n * n + 1) + 1
         w_kept = w_target_rank * (2 * n + 3)
-        w_target = w_kept * (n + 2)
+        w_align = 0 if self.aligned is None else w_kept * (n + 2)
+        w_target = max(w_kept, w_align) * (n + 2)
         target_cost = [0] * len(self.kept) if target_rank is None else target_rank
         ranks = ([r * w_target_rank for r in target_cost], output_rank)
-        weights = (w_target, w_kept, w_output)
+        weights = (w_target, w_align, w_kept, w_output)
         members = range(len(self.kept))
         per_member = [self._arcs(u, weights, ranks) for u in members]
         # Distances carry over from one search to the next: a push changes few arcs, and
         # any labels that no arc can lower prove that no negative cycle is left.
-        distance = [0] * (1 + 2 * len(self.kept) + 2 * len(self.topics))
+        distance = [0] * (1 + 2 * len(self.kept) + 2 * len(self.pools))
         while True:
             cycle = _negative_cycle(distance, [arc for arcs in per_member for arc in arcs])
             if cycle is None:
@@ -120,16 +139,18 @@ class Plan:
     def _arcs(
         self,
         u: int,
-        weights: tuple[int, int, int],
+        weights: tuple[int, int, int, int],
         ranks: tuple[Sequence[int], Sequence[int]],
     ) -> list[_Arc]:
         """Member ``u``'s arcs of the residual graph. Nodes: 0 the source, then per member
-        its target node and its output node, then per topic its free pool and its moved
-        pool. ``take`` arcs run from a member to a pool, ``give`` arcs back."""
-        w_target, w_kept, w_output = weights
+        its target node and its output node, then per pool its free node and its moved
+        node. ``take`` arcs run from a member to a pool, ``give`` arcs back; a unit of a
+        pool aligned with the member earns ``w_align``."""
+        w_target, w_align, w_kept, w_output = weights
         target_rank, output_rank = ranks[0][u], ranks[1][u]
-        members, topics = len(self.kept), len(self.topics)
-        free_pool, moved_pool = 1 + 2 * members, 1 + 2 * members + topics
+        members, pools = len(self.kept), len(self.pools)
+        free_pool, moved_pool = 1 + 2 * members, 1 + 2 * members + pools
+        aligned = frozenset() if self.aligned is None else self.aligned[u]
         arcs: list[_Arc] = []
         add = arcs.append
         target, output = 1 + u, 1 + members + u
@@ -138,26 +159,27 @@ class Plan:
         x = o + sum(moved.values())
         # Convex: the next unit costs w * (2x + 1), the last one given back w * (2x - 1).
         grow, shrink = w_target * (2 * x + 1), w_target * (2 * x - 1)
-        add((0, target, grow + target_rank, _INFINITE, w_target, _NOTHING, u, ""))
+        add((0, target, grow + target_rank, _INFINITE, w_target, _NOTHING, u, _NO_POOL))
         if x:
-            add((target, 0, -shrink - target_rank, x, w_target, _NOTHING, u, ""))
+            add((target, 0, -shrink - target_rank, x, w_target, _NOTHING, u, _NO_POOL))
         grow, shrink = w_output * (2 * o + 1), w_output * (2 * o - 1)
-        add((target, output, grow + output_rank, _INFINITE, w_output, _NOTHING, u, ""))
+        add((target, output, grow + output_rank, _INFINITE, w_output, _NOTHING, u, _NO_POOL))
         if o:
-            add((output, target, -shrink - output_rank, o, w_output, _NOTHING, u, ""))
-        for index, t in self._member_topics[u]:
+            add((output, target, -shrink - output_rank, o, w_output, _NOTHING, u, _NO_POOL))
+        for index, t in self._member_pools[u]:
             fp, mp = free_pool + index, moved_pool + index
-            add((target, mp, 0, _INFINITE, 0, _TAKE_MOVED, u, t))
+            a = w_align if t in aligned else 0
+            add((target, mp, -a, _INFINITE, 0, _TAKE_MOVED, u, t))
             if moved[t]:
-                add((mp, target, 0, moved[t], 0, _GIVE_MOVED, u, t))
-            add((output, fp, 0, _INFINITE, 0, _TAKE_FREE, u, t))
+                add((mp, target, a, moved[t], 0, _GIVE_MOVED, u, t))
+            add((output, fp, -a, _INFINITE, 0, _TAKE_FREE, u, t))
             if free[t]:
-                add((fp, output, 0, free[t], 0, _GIVE_FREE, u, t))
+                add((fp, output, a, free[t], 0, _GIVE_FREE, u, t))
             unkept = claims.get(t, 0) - kept[t]
             if unkept:  # it takes back one of its claims from whoever holds it
-                add((output, mp, -w_kept, unkept, 0, _KEEP, u, t))
+                add((output, mp, -w_kept - a, unkept, 0, _KEEP, u, t))
             if kept[t]:  # it lets one of its claims go to whoever takes a moved unit
-                add((mp, output, w_kept, kept[t], 0, _RELEASE, u, t))
+                add((mp, output, w_kept + a, kept[t], 0, _RELEASE, u, t))
         return arcs
 
     def _push(self, cycle: Sequence[_Arc]) -> set[int]:

@@ -36,6 +36,7 @@ from aiokafka.protocol.metadata import MetadataRequest
 
 from .. import _protocol
 from .._core._messages import FindCoordinatorResponse, LeaveGroupResponse
+from .._core._racks import TopicLayout
 from .._errors import (
     AuthenticationFailed,
     CoordinatorError,
@@ -353,6 +354,20 @@ def _describe(exc: BaseException) -> str:
     return repr(exc) if not str(exc) else str(exc)
 
 
+def _replica_racks(partitions: Sequence[Any], node_racks: Mapping[int, str]) -> list[list[str]]:
+    """Per partition id, the racks of its replicas' brokers (a Metadata partition is
+    ``(error, partition, leader, replicas, isr, ...)``); brokers without a rack, or absent
+    from the response, add none. The count is the number of partitions listed, as before
+    racks were read; an id outside it gets no racks."""
+    result: list[list[str]] = [[] for _ in partitions]
+    for partition in partitions:
+        index = int(partition[1])
+        racks = [node_racks[int(n)] for n in partition[3] if int(n) in node_racks]
+        if 0 <= index < len(result):
+            result[index] = racks
+    return result
+
+
 class Cluster:
     """The member's view of the cluster: one bootstrap connection (reopened on failure),
     metadata on demand, and FindCoordinator."""
@@ -411,40 +426,44 @@ class Cluster:
         response: FindCoordinatorResponse = await conn.request(message, self._timeout_ms)
         return response
 
-    async def partitions_for(self, topics: Sequence[str]) -> dict[str, int]:
-        """Partition counts of ``topics`` from a fresh Metadata request. Topics that do not
-        exist (or answer an error) are left out, as the assignors expect (§6.3)."""
+    async def partitions_for(self, topics: Sequence[str]) -> TopicLayout:
+        """Partition counts of ``topics``, with their replicas' racks, from a fresh Metadata
+        request. Topics that do not exist (or answer an error) are left out, as the
+        assignors expect (§6.3)."""
         if not topics:
-            return {}
+            return TopicLayout({})
         return await self._metadata(list(topics))
 
-    async def list_topics(self) -> dict[str, int]:
+    async def list_topics(self) -> TopicLayout:
         """Partition counts of every topic in the cluster, internal topics left out."""
         return await self._metadata(None)
 
-    async def _metadata(self, topics: list[str] | None) -> dict[str, int]:
+    async def _metadata(self, topics: list[str] | None) -> TopicLayout:
         conn = await self.connection()
         resp = await conn.raw_request(
             MetadataRequest(topics, allow_auto_topic_creation=False), self._timeout_ms
         )
         label = request_label(resp)
         try:
+            node_racks: dict[int, str] = {}
             for broker in resp.brokers:
                 node_id, host, port = broker[0], broker[1], broker[2]
                 self._known[int(node_id)] = (str(host), int(port))
-            counts: dict[str, int] = {}
+                if len(broker) > 3 and broker[3] is not None:  # v1+: rack (nullable)
+                    node_racks[int(node_id)] = str(broker[3])
+            racks: dict[str, list[list[str]]] = {}
             for topic in resp.topics:
                 error_code, name, partitions = topic[0], topic[1], topic[-1]
                 # v1+: (error, name, is_internal, ..., partitions)
                 internal = len(topic) > 3 and topic[2] is True
                 if error_code == 0 and not (topics is None and internal):
-                    counts[str(name)] = len(partitions)
+                    racks[str(name)] = _replica_racks(partitions, node_racks)
         except (AttributeError, IndexError, TypeError, ValueError) as exc:
             text = f"{label} response from {conn.where} is malformed: {exc!r}; connection closed"
             log_protocol_error(conn.where, label, text)
             conn.close()
             raise RemoteProtocolError(text) from exc
-        return counts
+        return TopicLayout(racks)
 
     async def aclose(self) -> None:
         async with self._lock:

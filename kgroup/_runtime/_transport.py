@@ -16,10 +16,11 @@ answer, ``AuthenticationFailed`` for rejected credentials.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._core._messages import FindCoordinatorRequest, FindCoordinatorResponse
+from .._core._racks import TopicLayout
 from ._connection import BrokerConnection, Cluster
 from ._security import connection_kwargs
 
@@ -63,11 +64,13 @@ class Transport(Protocol):
         """Send FindCoordinator to any bootstrap broker."""
         ...
 
-    async def partitions_for(self, topics: Sequence[str]) -> dict[str, int]:
-        """Partition counts of ``topics`` (missing topics left out)."""
+    async def partitions_for(self, topics: Sequence[str]) -> Mapping[str, int]:
+        """Partition counts of ``topics`` (missing topics left out). A
+        :class:`~kgroup.TopicLayout` also gives the replicas' racks, for rack-aware
+        assignors; a plain ``dict`` means none are known."""
         ...
 
-    async def list_topics(self) -> dict[str, int]:
+    async def list_topics(self) -> Mapping[str, int]:
         """Partition counts of every (non-internal) topic: pattern subscriptions use it."""
         ...
 
@@ -104,10 +107,10 @@ class KafkaTransport:
     async def find_coordinator(self, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
         return await self._cluster.find_coordinator(request)
 
-    async def partitions_for(self, topics: Sequence[str]) -> dict[str, int]:
+    async def partitions_for(self, topics: Sequence[str]) -> TopicLayout:
         return await self._cluster.partitions_for(topics)
 
-    async def list_topics(self) -> dict[str, int]:
+    async def list_topics(self) -> TopicLayout:
         return await self._cluster.list_topics()
 
     async def aclose(self) -> None:

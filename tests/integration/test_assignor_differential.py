@@ -4,13 +4,17 @@ inputs: a differential test with ``tests/oracle/AssignorOracle.java`` as the ora
 Inputs (``tests/oracle/_scenarios.py``): 1-10 members, some static, equal and unequal
 subscriptions over 1-4 topics of 0-24 partitions, prior ownership from a previous generation
 perturbed by joins, leaves, stale members and double claims; encoded as Java members send
-it (``sticky``: V1/V0 user data; ``cooperative-sticky``: owned partitions + generation).
+it (``sticky``: V1/V0 user data; ``cooperative-sticky``: owned partitions + generation);
+in 40% of them members have racks and partitions replica racks (a ``TopicLayout``; Java's
+``Cluster`` gets one node per rack).
 Each input goes to kgroup's assignor and to Java's, in one long-lived JVM.
 
 * ``range``, ``roundrobin``: kgroup's assignment equals Java's, member by member.
 * ``sticky``, ``cooperative-sticky``: kgroup's output is valid, and no worse than Java's in
   the order of kgroup's contract (spec §7.3): first balance (the sum of squares of the
-  partition counts of the target, and their max - min spread), then stickiness (partitions
+  partition counts of the target, and their max - min spread), then, where Kafka's
+  condition makes the sticky assignors rack-aware (KIP-881), rack alignment (partitions of
+  the target on a member whose rack holds a replica: no fewer), then stickiness (partitions
   moved from their valid previous owner; cooperative: partitions withheld), then evenness
   within groups of equal subscriptions (their spreads, worst first), then, cooperative
   only, the first round's output (sum of squares, then evenness). A criterion is compared
@@ -56,10 +60,13 @@ from tests.oracle._scenarios import (
     Output,
     RandomChoices,
     Scenario,
+    alignment,
     evenness,
+    layout,
     minimize,
     moves,
     problems,
+    rack_aware,
     scenario,
     spreads,
     subscriptions,
@@ -146,17 +153,17 @@ def _plain(result: Mapping[str, Assignment]) -> dict[str, list[TopicPartition]]:
 
 def run_kgroup(name: str, s: Scenario) -> Answer:
     members = subscriptions(s, name)
-    output = _plain(kgroup_assignor(name).assign(dict(s.partitions), members))
+    output = _plain(kgroup_assignor(name).assign(layout(s), members))
     if name != "cooperative-sticky":
         return Answer(output, output)
-    return Answer(output, _plain(_KgroupTarget().assign(dict(s.partitions), members)))
+    return Answer(output, _plain(_KgroupTarget().assign(layout(s), members)))
 
 
 def java_cases(name: str, s: Scenario) -> list[dict[str, Any]]:
     """The oracle requests for one answer: cooperative-sticky asks for its target too."""
     members = subscriptions(s, name)
     names = [name, "cooperative-sticky-target"] if name == "cooperative-sticky" else [name]
-    return [java_case(n, s.partitions, members) for n in names]
+    return [java_case(n, layout(s), members) for n in names]
 
 
 def java_answer(name: str, answers: Sequence[Output | JavaRejected]) -> Answer | JavaRejected:
@@ -228,12 +235,37 @@ def _stickiness(name: str, s: Scenario, answer: Answer) -> int:
     return moves(s, answer.target)
 
 
-def fewer_moves(name: str, s: Scenario, ours: Answer, java: Answer | JavaRejected) -> str | None:
-    """kgroup moves no more partitions away from their valid previous owner than Java,
-    where Java's target is as balanced: kgroup does not leave an imbalance that a chain of
-    moves can fix to move fewer partitions (deviations.md, row 11)."""
+def _aligned(s: Scenario, answer: Answer) -> int:
+    """Rack alignment of the target where the sticky assignors are rack-aware, else 0."""
+    return alignment(s, answer.target) if rack_aware(s) else 0
+
+
+def _as_good_before_stickiness(s: Scenario, ours: Answer, bar: Answer) -> bool:
+    """Java's target is as balanced as kgroup's and, rack-aware, as aligned: the criteria
+    ranked before stickiness give Java no licence to be less sticky."""
+    if sum_of_squares(bar.target) > sum_of_squares(ours.target):
+        return False
+    return _aligned(s, bar) >= _aligned(s, ours)
+
+
+def aligned(name: str, s: Scenario, ours: Answer, java: Answer | JavaRejected) -> str | None:
+    """Rack-aware (Kafka's condition, KIP-881): kgroup's target has no fewer partitions on
+    a member whose rack holds a replica than Java's, where Java's is as balanced."""
     bar = java_sets_a_bar(name, s, java)
     if bar is None or sum_of_squares(bar.target) > sum_of_squares(ours.target):
+        return None
+    if _aligned(s, ours) >= _aligned(s, bar):
+        return None
+    return f"kgroup aligns {_aligned(s, ours)}, Java {_aligned(s, bar)}\n{_both(ours, bar)}"
+
+
+def fewer_moves(name: str, s: Scenario, ours: Answer, java: Answer | JavaRejected) -> str | None:
+    """kgroup moves no more partitions away from their valid previous owner than Java,
+    where Java's target is as balanced (and, rack-aware, as aligned): kgroup does not leave
+    an imbalance that a chain of moves can fix to move fewer partitions (deviations.md,
+    row 11)."""
+    bar = java_sets_a_bar(name, s, java)
+    if bar is None or not _as_good_before_stickiness(s, ours, bar):
         return None
     if moves(s, ours.output) <= moves(s, bar.output):
         return None
@@ -259,8 +291,12 @@ def balanced(name: str, s: Scenario, ours: Answer, java: Answer | JavaRejected) 
             f"target sum of squares {ours_squares} vs {java_squares}, spread {ours_spread} "
             f"vs {java_spread}\n{_both(ours, bar)}"
         )
-    if ours_squares < java_squares or _stickiness(name, s, ours) != _stickiness(name, s, bar):
-        return None  # a criterion ranked higher decides (the stickier one: see fewer_moves)
+    if (
+        ours_squares < java_squares
+        or _aligned(s, ours) != _aligned(s, bar)
+        or _stickiness(name, s, ours) != _stickiness(name, s, bar)
+    ):
+        return None  # a criterion ranked higher decides (see aligned, fewer_moves)
     ours_even, java_even = evenness(s, ours.target), evenness(s, bar.target)
     if ours_even > java_even:
         return f"spreads within equal subscriptions {ours_even} vs {java_even}\n{_both(ours, bar)}"
@@ -278,9 +314,10 @@ def balanced(name: str, s: Scenario, ours: Answer, java: Answer | JavaRejected) 
 
 def withholds_less(name: str, s: Scenario, ours: Answer, java: Answer | JavaRejected) -> str | None:
     """cooperative-sticky: the partitions kgroup withholds are a subset of Java's, or at
-    least no more of them, where Java's target is as balanced (deviations.md, row 11)."""
+    least no more of them, where Java's target is as balanced and, rack-aware, as aligned
+    (deviations.md, row 11)."""
     bar = java_sets_a_bar(name, s, java)
-    if bar is None or sum_of_squares(bar.target) > sum_of_squares(ours.target):
+    if bar is None or not _as_good_before_stickiness(s, ours, bar):
         return None
     ours_held, java_held = withheld(s, ours.output), withheld(s, bar.output)
     if ours_held <= java_held or len(ours_held) <= len(java_held):
@@ -370,6 +407,7 @@ class Property:
 PROPERTIES = (
     Property("exact", exact, EXACT),
     Property("valid", valid, STICKY),
+    Property("aligned", aligned, STICKY),
     Property("moves", fewer_moves, STICKY),
     Property("balance", balanced, STICKY),
     Property("withheld", withholds_less, ("cooperative-sticky",)),

@@ -5,6 +5,8 @@
  *   {"assignor": "range" | "roundrobin" | "sticky" | "cooperative-sticky"
  *                | "cooperative-sticky-target",
  *    "topics": {"t0": 6, ...},
+ *    "racks": {"t0": [["r1", "r2"], [], ...], ...}   (optional: per partition, the racks of
+ *             its replicas; a partition without racks has its replica on a node without one),
  *    "members": [{"member_id": "...", "group_instance_id": null | "...",
  *                 "topics": ["t0", ...], "owned": [["t0", 1], ...], "generation": -1,
  *                 "user_data": null | "<base64>", "rack": null | "..."}]}
@@ -13,7 +15,9 @@
  *
  * A line {"version": true} answers {"version": "<kafka-clients version>"}.
  *
- * Each case builds a Cluster with the given partition counts (one node, no racks) and a
+ * Each case builds a Cluster with the given partition counts (without "racks": one node, no
+ * rack; with it: one node per rack, with that rack, and one without, each partition's
+ * replicas on the nodes of its racks) and a
  * GroupSubscription of ConsumerPartitionAssignor.Subscription(topics, userData, owned,
  * generation, rack) with the group instance id set, and calls the real
  * org.apache.kafka.clients.consumer assignor's assign(cluster, groupSubscription) on a fresh
@@ -92,7 +96,8 @@ public final class AssignorOracle {
             return result;
         }
         ConsumerPartitionAssignor assignor = assignor(request.get("assignor").asText());
-        GroupAssignment assignment = assignor.assign(cluster(request.get("topics")), subscriptions(request.get("members")));
+        GroupAssignment assignment = assignor.assign(
+                cluster(request.get("topics"), request.get("racks")), subscriptions(request.get("members")));
         ObjectNode members = result.putObject("assignment");
         for (Map.Entry<String, Assignment> entry : assignment.groupAssignment().entrySet()) {
             ArrayNode partitions = members.putArray(entry.getKey());
@@ -120,16 +125,32 @@ public final class AssignorOracle {
         }
     }
 
-    private static Cluster cluster(JsonNode topics) {
+    private static Cluster cluster(JsonNode topics, JsonNode racks) {
+        Map<String, Node> nodesByRack = new HashMap<>();
+        List<Node> nodes = new ArrayList<>(List.of(NODE));
         List<PartitionInfo> partitions = new ArrayList<>();
         for (Map.Entry<String, JsonNode> topic : topics.properties()) {
             int count = topic.getValue().asInt();
+            JsonNode topicRacks = isPresent(racks) ? racks.get(topic.getKey()) : null;
             for (int p = 0; p < count; p++) {
-                Node[] replicas = {NODE};
-                partitions.add(new PartitionInfo(topic.getKey(), p, NODE, replicas, replicas));
+                List<Node> replicas = new ArrayList<>();
+                if (isPresent(topicRacks)) {
+                    for (JsonNode rack : topicRacks.get(p)) {
+                        replicas.add(nodesByRack.computeIfAbsent(rack.asText(), r -> {
+                            Node node = new Node(nodes.size(), "localhost", 9092 + nodes.size(), r);
+                            nodes.add(node);
+                            return node;
+                        }));
+                    }
+                }
+                if (replicas.isEmpty()) {
+                    replicas.add(NODE);
+                }
+                Node[] array = replicas.toArray(new Node[0]);
+                partitions.add(new PartitionInfo(topic.getKey(), p, array[0], array, array));
             }
         }
-        return new Cluster("oracle", List.of(NODE), partitions, Collections.emptySet(), Collections.emptySet());
+        return new Cluster("oracle", nodes, partitions, Collections.emptySet(), Collections.emptySet());
     }
 
     private static GroupSubscription subscriptions(JsonNode members) {

@@ -30,6 +30,7 @@ from typing import Any
 
 from kgroup._core._assignors import MemberSubscription
 from kgroup._core._consumer_protocol import TopicPartition
+from kgroup._core._racks import TopicLayout
 from kgroup.testing import KAFKA_VERSION
 from kgroup.testing._javac import HELPER_JVM_OPTIONS, java_program_command
 from kgroup.testing._ports import (
@@ -68,11 +69,18 @@ def java_case(
     """The oracle's JSON case for the same input as ``Assignor.assign``.
 
     Topics with zero partitions are left out of the Java ``Cluster`` (as in real metadata,
-    where such a topic has no partitions to list); both sides skip them.
+    where such a topic has no partitions to list); both sides skip them. A
+    :class:`~kgroup.TopicLayout` also sends each partition's replica racks (Java's ``Cluster``
+    gets one node per rack).
     """
-    return {
-        "assignor": assignor,
-        "topics": {t: n for t, n in partitions_per_topic.items() if n > 0},
+    topics = {t: n for t, n in partitions_per_topic.items() if n > 0}
+    case: Case = {"assignor": assignor, "topics": topics}
+    if isinstance(partitions_per_topic, TopicLayout):
+        case["racks"] = {
+            t: [sorted(partitions_per_topic.replica_racks(t, p)) for p in range(n)]
+            for t, n in topics.items()
+        }
+    return case | {
         "members": [
             {
                 "member_id": m.member_id,

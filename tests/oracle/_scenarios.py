@@ -27,22 +27,27 @@ from typing import Protocol, TypeVar
 
 from kgroup._core._assignors import MemberSubscription
 from kgroup._core._consumer_protocol import Subscription, TopicPartition
+from kgroup._core._racks import TopicLayout
 
 __all__ = [
     "GONE",
+    "RACKS",
     "Choices",
     "Member",
     "Output",
     "RandomChoices",
     "Scenario",
+    "alignment",
     "assignable",
     "counts",
     "current_owner",
     "evenness",
+    "layout",
     "minimize",
     "moves",
     "prior_owner",
     "problems",
+    "rack_aware",
     "scenario",
     "spreads",
     "sticky_user_data",
@@ -66,6 +71,8 @@ CLIENT_IDS = ("c", "C", "app", "a-b", "z", "é", "中", "\U0001f600", "\ue000")
 INSTANCE_IDS = ("i", "I", "pod", "a.b", "z_", "0")
 #: A topic members subscribe to (and once owned) that has no metadata: deleted.
 GONE = "gone"
+#: The racks of replicas and members.
+RACKS = ("r0", "r1", "r2")
 
 
 class Choices(Protocol):
@@ -107,6 +114,8 @@ class Member:
     legacy: bool = False
     """Sent the way older Java clients do (sticky: V0 user data; cooperative: the
     generation in the user data only)."""
+    rack: str | None = None
+    """``client.rack``."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,8 @@ class Scenario:
 
     partitions: dict[str, int]
     members: tuple[Member, ...]
+    racks: dict[str, tuple[tuple[str, ...], ...]] | None = None
+    """Per topic, per partition: the racks of its replicas (None: no rack information)."""
 
     def as_seen_by(self, assignor: str) -> Scenario:
         """The scenario with the generations ``assignor`` can know: ``sticky`` V0 user data
@@ -126,6 +137,8 @@ class Scenario:
 
     def __str__(self) -> str:
         lines = [f"partitions={self.partitions}"]
+        if self.racks is not None:
+            lines.append(f"racks={self.racks}")
         for m in self.members:
             owned: dict[str, list[int]] = defaultdict(list)
             for tp in m.owned:
@@ -133,6 +146,7 @@ class Scenario:
             lines.append(
                 f"  {m.member_id!r} instance={m.instance_id!r} topics={list(m.topics)} "
                 f"generation={m.generation}{' legacy' if m.legacy else ''} owned={dict(owned)}"
+                + ("" if m.rack is None else f" rack={m.rack!r}")
             )
         return "\n".join(lines)
 
@@ -151,10 +165,13 @@ def _unique(c: Choices, make: Callable[[], str], taken: set[str]) -> str:
     return value
 
 
-def scenario(c: Choices, *, max_members: int = 10, max_partitions: int = 24) -> Scenario:
+def scenario(
+    c: Choices, *, max_members: int = 10, max_partitions: int = 24, rack_share: float = 0.4
+) -> Scenario:
     """A random rebalance input: 1-4 topics of 0-``max_partitions`` partitions,
     1-``max_members`` members (some static), equal or unequal subscriptions, and prior
-    ownership from a previous generation perturbed by joins, leaves and stale members."""
+    ownership from a previous generation perturbed by joins, leaves and stale members; in
+    ``rack_share`` of them, member racks and replica racks."""
     topics = [f"t{i}" for i in range(c.integer(1, 4))]
     partitions = {t: c.integer(0, max_partitions) for t in topics}
     prior_counts = {t: n if not c.flag(0.2) else c.integer(0, n) for t, n in partitions.items()}
@@ -225,7 +242,35 @@ def scenario(c: Choices, *, max_members: int = 10, max_partitions: int = 24) -> 
         )
         for i in range(n)
     )
-    return Scenario(partitions=partitions, members=members)
+    # Drawn last, so the draws before them (and the scenarios of a seed) stay as they were.
+    racks = _racks(c, partitions) if c.flag(rack_share) else None
+    if racks is not None:
+        members = tuple(replace(m, rack=_member_rack(c)) for m in members)
+    return Scenario(partitions=partitions, members=members, racks=racks)
+
+
+def _racks(c: Choices, partitions: Mapping[str, int]) -> dict[str, tuple[tuple[str, ...], ...]]:
+    """Replica racks: mostly one or two of three racks, now and then all three (when every
+    partition has all, Java turns rack awareness off) or none."""
+    everywhere = c.flag(0.15)
+    result: dict[str, tuple[tuple[str, ...], ...]] = {}
+    for topic, n in partitions.items():
+        parts: list[tuple[str, ...]] = []
+        for _ in range(n):
+            if everywhere:
+                parts.append(RACKS)
+                continue
+            chosen = [r for r in RACKS if c.flag(0.4)]
+            parts.append(tuple(chosen[: c.integer(0, 2)] if c.flag(0.1) else chosen[:2]))
+        result[topic] = tuple(parts)
+    return result
+
+
+def _member_rack(c: Choices) -> str | None:
+    """Mostly a replica rack; sometimes none, or one without replicas."""
+    if c.flag(0.15):
+        return None
+    return _pick(c, (*RACKS, "r9")) if c.flag(0.1) else _pick(c, RACKS)
 
 
 # --- encoding ------------------------------------------------------------------------------
@@ -267,8 +312,43 @@ def subscriptions(s: Scenario, assignor: str) -> list[MemberSubscription]:
                 owned_partitions=m.owned,
                 generation_id=-1 if m.legacy else m.generation,
             )
-        result.append(MemberSubscription(m.member_id, m.instance_id, sub))
+        result.append(MemberSubscription(m.member_id, m.instance_id, replace(sub, rack_id=m.rack)))
     return result
+
+
+def layout(s: Scenario) -> Mapping[str, int]:
+    """What the leader passes the assignor: a TopicLayout with the replica racks, or the
+    plain counts when the scenario has none."""
+    if s.racks is None:
+        return dict(s.partitions)
+    return TopicLayout({t: s.racks.get(t, ((),) * n) for t, n in s.partitions.items()})
+
+
+def rack_aware(s: Scenario) -> bool:
+    """Kafka's condition for the sticky assignors' rack awareness, over every member and
+    every partition of a subscribed topic (KIP-881)."""
+    if s.racks is None:
+        return False
+    subscribed = {t for m in s.members for t in m.topics}
+    member_racks = {m.rack for m in s.members if m.rack}
+    per_partition = [frozenset(r) for t, parts in s.racks.items() if t in subscribed for r in parts]
+    every: set[str] = set().union(*per_partition)
+    if not member_racks or every.isdisjoint(member_racks):
+        return False
+    return any(r != every for r in per_partition)
+
+
+def alignment(s: Scenario, out: Output) -> int:
+    """Partitions whose member's rack is among their replica racks (0 without racks)."""
+    if s.racks is None:
+        return 0
+    rack = {m.member_id: m.rack for m in s.members}
+    return sum(
+        1
+        for member, tps in out.items()
+        for tp in tps
+        if rack.get(member) in s.racks.get(tp.topic, ((),) * (tp.partition + 1))[tp.partition]
+    )
 
 
 # --- measures ------------------------------------------------------------------------------
@@ -426,10 +506,13 @@ def _smaller(s: Scenario) -> Iterator[Scenario]:
     for i in range(len(members)):
         if len(members) > 1:
             yield replace(s, members=(*members[:i], *members[i + 1 :]))
+    if s.racks is not None:
+        yield replace(s, racks=None, members=tuple(replace(m, rack=None) for m in members))
     for topic, n in s.partitions.items():
         others = {t: c for t, c in s.partitions.items() if t != topic}
         if others:
-            yield replace(s, partitions=others)
+            racks = None if s.racks is None else {t: r for t, r in s.racks.items() if t != topic}
+            yield replace(s, partitions=others, racks=racks)
         for smaller in sorted({0, n // 2, n - 1}):
             if 0 <= smaller < n:
                 trimmed = tuple(
@@ -441,7 +524,10 @@ def _smaller(s: Scenario) -> Iterator[Scenario]:
                     )
                     for m in members
                 )
-                yield Scenario(partitions={**s.partitions, topic: smaller}, members=trimmed)
+                racks = s.racks
+                if racks is not None:
+                    racks = {**racks, topic: racks[topic][:smaller]}
+                yield Scenario({**s.partitions, topic: smaller}, trimmed, racks)
     for i, m in enumerate(members):
         if m.owned:
             yield with_member(i, replace(m, owned=()))
@@ -458,6 +544,14 @@ def _smaller(s: Scenario) -> Iterator[Scenario]:
             yield with_member(i, replace(m, generation=-1))
         if m.generation > 1:
             yield with_member(i, replace(m, generation=m.generation - 1))
+        if m.rack is not None:
+            yield with_member(i, replace(m, rack=None))
+    if s.racks is not None:
+        for topic, parts in s.racks.items():
+            for p, racks_of in enumerate(parts):
+                for k in range(len(racks_of)):
+                    fewer = (*racks_of[:k], *racks_of[k + 1 :])
+                    yield replace(s, racks={**s.racks, topic: (*parts[:p], fewer, *parts[p + 1 :])})
     renamed = tuple(replace(m, member_id=f"m{i}") for i, m in enumerate(members))
     if renamed != s.members:
         yield replace(s, members=renamed)

@@ -84,14 +84,6 @@ from ._world import FAULT_KINDS, Ownership, run_schedule
 # ``KGROUP_SIM_SEED=N`` runs one anyway.
 # ---------------------------------------------------------------------------------------------
 
-WITHHELD_AFTER_STATIC_REPLACEMENT = (
-    "kgroup bug (the classic protocol's, Java alike): a cooperative assignment that withholds "
-    "moving partitions is the group's stored assignment, and the member that owed the "
-    "follow-up rejoin is replaced as a static member without a rebalance (its process "
-    "restarted, or it rejoined with member id '' after UNKNOWN_MEMBER_ID); the new "
-    "incarnation owns nothing, revokes nothing and never rejoins, so the withheld "
-    "partitions stay unassigned until an unrelated rebalance"
-)
 SYNC_RACE = (
     "not a kgroup bug: invariant 5 as defined is stronger than the classic protocol. A "
     "member that revokes rejoins at once and starts the next rebalance before another "
@@ -101,14 +93,8 @@ SYNC_RACE = (
 
 #: seed -> (reason, regular expression the failure message matches)
 KNOWN_FAILURES: dict[int, tuple[str, str]] = {
-    **{
-        seed: (WITHHELD_AFTER_STATIC_REPLACEMENT, r"\[stability\].*not each held exactly once")
-        for seed in (7528, 7984, 8833)
-    },
-    **{
-        seed: (SYNC_RACE, r"\[cooperative\] 3 rebalances")
-        for seed in (4353, 5746, 7500, 7800)
-    },
+    seed: (SYNC_RACE, r"\[cooperative\] 3 rebalances")
+    for seed in (1616, 4353, 4731, 4818, 7500, 7503)
 }  # fmt: skip
 
 
