@@ -133,6 +133,33 @@ def test_a_java_member_holding_a_partition_given_to_kgroup_fails_too(group: Any)
     assert any("Java 1" in note for note in runner.result.notes)
 
 
+@pytest.mark.parametrize(
+    ("earlier", "ended_by", "end", "fails"),
+    [
+        ("m2", "lost", 20.0, False),  # Java, lost within a session of the broker's return
+        ("m2", "lost", 30.0, True),  # ... later than that
+        ("m2", "revoked", 20.0, True),  # still a member, asked to revoke: not expired
+        ("m1", "revoked", 20.0, True),  # a kgroup member holding on: never excused
+    ],
+)
+def test_only_a_java_member_expired_by_a_kafka_restart_is_excused(
+    group: Any, earlier: str, ended_by: str, end: float, fails: bool
+) -> None:
+    runner, kg, java = group
+    first, second = (java, kg) if earlier == "m2" else (kg, java)
+    runner._kafka_restarts.append((5.0, 18.0))  # down at 5 s, back at 18 s
+    runner.feed(first, line("assigned", 1.0, 0, generation=4))
+    runner.feed(second, line("assigned", 18.5, 0, generation=1))  # the group was forgotten
+    runner.feed(first, line(ended_by, end, 0, generation=4))
+    exit_cleanly(runner, java, 40.0)
+    exit_cleanly(runner, kg, 40.0)
+    found = failures(runner)
+    assert bool(found) == fails, found
+    if not fails:
+        assert runner.result.java_restart_overlaps == 1
+        assert "across a Kafka restart" in runner.result.notes[0]
+
+
 def test_a_java_members_close_ends_its_holds(group: Any) -> None:
     """A static Java member closes without a callback: the ``closed`` line ends its holds."""
     runner, kg, java = group
