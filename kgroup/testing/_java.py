@@ -3,8 +3,9 @@
 :class:`JavaMember` starts ``kgroup/testing/java/JavaMember.java`` (a KafkaConsumer in a
 poll loop) as a child process with the jars :func:`~kgroup.testing._kafka.kafka_libs`
 fetched for :class:`~kgroup.testing.KafkaBroker`, reads the JSON events it prints (one per
-line: ``started``, ``assigned``, ``revoked``, ``lost``, ``committed``, ``error``,
-``closed``) and exposes them to async tests::
+line: ``started``, ``assigned``, ``revoked``, ``lost``, ``status``, ``committed``,
+``error``, ``closed``; each with ``t``, ``System.nanoTime()`` in seconds, which on Linux is
+the clock of :func:`time.monotonic`) and exposes them to async tests::
 
     async with JavaMember(broker.bootstrap, group, topic) as member:
         await member.wait_for(lambda e: e["event"] == "assigned")

@@ -27,6 +27,13 @@ The invariants (any breach is a failure of the run):
 4. after ``close()`` no task, socket, transport, warning or loop error is left in any
    member process, nothing is still held, and the process exits 0.
 
+Java members (a mixed group's slots with ``MemberSpec.java``) run
+``kgroup/testing/java/JavaMember.java``; their lines carry the same monotonic stamps and
+feed the same log, and the invariants apply to them as they stand (see
+:meth:`ChaosRunner._on_java_event`): the schedule only gives them the faults after which the
+Java client holds nothing the coordinator gave away (``_schedule.JAVA_FAULTS``), so any
+overlap fails the run, whoever's hold came first.
+
 Waits are event-driven: the reader tasks set an ``asyncio.Event`` on every line and the
 waits re-check their condition then, with a deadline.
 """
@@ -37,6 +44,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import time
@@ -51,6 +59,7 @@ from typing import Any
 from kgroup import TopicPartition
 from kgroup.testing import FaultProxy, KafkaBroker, MockCluster, OwnershipLog, TansuBroker
 from kgroup.testing._invariants import Hold
+from kgroup.testing._java import java_member_command
 from kgroup.testing._ports import kill_with_parent_prefix, register_child, unregister_child
 
 from ._schedule import API_KEYS, MemberSpec, Schedule, Step, assignors_for
@@ -193,6 +202,8 @@ class MemberProc:
     #: every member id the process had, and its latest JoinGroup answer (core event)
     member_ids: set[str] = field(default_factory=set)
     last_joined: dict[str, Any] | None = None
+    #: Kafka's Java consumer (JavaMember.java), not kgroup
+    java: bool = False
 
     @property
     def live(self) -> bool:
@@ -212,6 +223,9 @@ class RunResult:
     skipped: list[str] = field(default_factory=list)
     rebalances: int = 0
     processes: int = 0
+    java_processes: int = 0
+    #: overlaps of a Java member's hold across a Kafka restart that expired it (tolerated)
+    java_restart_overlaps: int = 0
     initial_stable: float | None = None
     time_to_stable: float | None = None
     bound: float = 0.0
@@ -243,6 +257,10 @@ class RunResult:
         initial = "never" if self.initial_stable is None else f"{self.initial_stable:.1f} s"
         lease = {True: "yes", False: "NOT IN CORE", None: "?"}[self.lease_supported]
         extra = ""
+        if self.java_processes:
+            extra += f"; Java processes {self.java_processes}"
+        if self.java_restart_overlaps:
+            extra += f" (Java overlaps across a restart: {self.java_restart_overlaps})"
         if self.cancelled_revokes:
             extra += f"; revokes cancelled by SIGTERM {self.cancelled_revokes}"
         if self.broker_stalls:
@@ -310,8 +328,10 @@ class ChaosRunner:
         self._broker_epoch = 0
         self._restart_lock = asyncio.Lock()  # one broker restart at a time
         self._state_losses: list[tuple[float, float]] = []  # tansu restarts: (begin, back)
+        self._kafka_restarts: list[tuple[float, float]] = []  # (begin, back)
         self._generations: set[tuple[int, int]] = set()
         self._t0: float | None = None
+        self._java_argv: list[str] | None = None
         self._started = time.monotonic()
         self._timeline = (workdir / "timeline.txt").open("w")
         self.result = RunResult(schedule, workdir, replay)
@@ -344,6 +364,8 @@ class ChaosRunner:
         self._incarnations[spec.slot] += 1
         n = self._incarnations[spec.slot]
         name = spec.slot if n == 1 else f"{spec.slot}.{n}"
+        if spec.java:
+            return await self._spawn_java(spec, name)
         t = self.schedule.timeouts
         argv = [
             *kill_with_parent_prefix(),
@@ -415,6 +437,82 @@ class ChaosRunner:
         )
         return mp
 
+    async def _spawn_java(self, spec: MemberSpec, name: str) -> MemberProc:
+        """Start Kafka's Java consumer in ``spec``'s slot, configured like the kgroup members
+        (timeouts, backoffs, assignor), its stdin a pipe kept open (end of input closes it)."""
+        s, t = self.schedule, self.schedule.timeouts
+        if self._java_argv is None:  # fetches the jars and compiles once
+            self._java_argv = await asyncio.to_thread(java_member_command, [])
+        args = [
+            "--bootstrap",
+            self.target.bootstrap_for(spec),
+            "--group",
+            self.group,
+            "--topic",
+            self.topic,
+            "--client-id",
+            name,
+            "--assignor",
+            s.assignor,
+            "--session-timeout-ms",
+            str(t.session_ms),
+            "--heartbeat-interval-ms",
+            str(t.heartbeat_ms),
+            "--max-poll-interval-ms",
+            str(t.max_poll_ms),
+            "--poll-ms",
+            "100",
+            "--close-timeout-ms",
+            str(min(t.close_timeout_ms, t.request_timeout_ms)),
+        ]
+        if spec.instance_id:
+            args += ["--group-instance-id", spec.instance_id]
+        for key, value in (
+            ("request.timeout.ms", t.request_timeout_ms),
+            ("retry.backoff.ms", t.retry_backoff_ms),
+            ("retry.backoff.max.ms", t.retry_backoff_max_ms),
+            ("reconnect.backoff.max.ms", t.retry_backoff_max_ms),
+        ):
+            args += ["--property", f"{key}={value}"]
+        java, *jvm = self._java_argv
+        argv = [
+            *kill_with_parent_prefix(),
+            java,
+            "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
+            *jvm,
+            *args,
+        ]
+        log_path = self.workdir / f"{name}.log"
+        with log_path.open("wb") as log:
+            log.write(f"argv: {argv}\n".encode())
+            log.flush()
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                limit=4 * 1024 * 1024,
+            )
+        register_child(proc.pid)
+        mp = MemberProc(
+            name=name,
+            spec=spec,
+            proc=proc,
+            log_path=log_path,
+            events_path=self.workdir / f"{name}.events.jsonl",
+            spawned_at=time.monotonic(),
+            java=True,
+        )
+        self.procs.append(mp)
+        self.result.processes += 1
+        self.result.java_processes += 1
+        self.note(f"spawned {name} pid {proc.pid} (Java, direct, instance id {spec.instance_id})")
+        self._readers.append(
+            asyncio.get_running_loop().create_task(self._read(mp), name=f"chaos-read-{name}")
+        )
+        return mp
+
     def current(self, slot: str) -> MemberProc | None:
         """The newest process of ``slot``."""
         found = [p for p in self.procs if p.spec.slot == slot]
@@ -437,9 +535,10 @@ class ChaosRunner:
                 except json.JSONDecodeError:
                     self.note(f"{mp.name}: not JSON on stdout: {text.strip()[:200]}")
                     continue
-                self._on_event(mp, record)
-                self._changed.set()
+                self.feed(mp, record)
         mp.returncode = await mp.proc.wait()
+        if mp.proc.stdin is not None:
+            mp.proc.stdin.close()
         unregister_child(mp.proc.pid)
         mp.ended_at = time.monotonic()
         held = sorted(str(tp) for tp, who in self.ownership.holders().items() if mp.name in who)
@@ -450,6 +549,14 @@ class ChaosRunner:
         before, mp.state = mp.state, ("killed" if mp.state == "killed" else "exited")
         self.note(f"{mp.name} exited with {mp.returncode} (was {before})")
         mp.done.set()
+        self._changed.set()
+
+    def feed(self, mp: MemberProc, rec: dict[str, Any]) -> None:
+        """One JSON line of ``mp``'s process (a kgroup member's or a Java member's)."""
+        if mp.java:
+            self._on_java_event(mp, rec)
+        else:
+            self._on_event(mp, rec)
         self._changed.set()
 
     def _on_event(self, mp: MemberProc, rec: dict[str, Any]) -> None:
@@ -494,6 +601,44 @@ class ChaosRunner:
         elif event == "exit":
             mp.exit = rec
 
+    def _on_java_event(self, mp: MemberProc, rec: dict[str, Any]) -> None:
+        """A Java member's line (JavaMember.java), on the invariants' terms.
+
+        Its holds start when ``onPartitionsAssigned`` starts and end when
+        ``onPartitionsRevoked`` returns or ``onPartitionsLost`` starts, as a kgroup member's;
+        they also end when ``close()`` returned (``closed``: a static Java member closes
+        without a callback) or the process died. There is no lease: the Java client does not
+        fence itself, which is why the schedule gives Java slots only the faults after which
+        it holds nothing the coordinator gave to another member, and why no overlap is
+        excused for it. ``status`` lines (generation, member id, assignment after a poll)
+        count in the stabilisation check; ``error`` lines are invariant 3's exceptions.
+        """
+        event = rec.get("event")
+        at = float(rec.get("t", time.monotonic()))
+        if event == "started":
+            mp.ready.set()
+        elif event == "assigned":
+            self.ownership.assigned(mp.name, _tps(rec), int(rec.get("generation", -1)), at)
+        elif event == "revoked":
+            self.ownership.revoked(mp.name, _tps(rec), at)
+        elif event == "lost":
+            self.ownership.lost(mp.name, _tps(rec), at)
+        elif event == "status":
+            mp.status = rec
+            if rec.get("member_id"):
+                mp.member_ids.add(str(rec["member_id"]))
+            generation = int(rec.get("generation", -1))
+            if generation > 0:
+                self._generations.add((self._broker_epoch, generation))
+        elif event == "error":
+            rec = {"type": "JavaException", **rec}
+            mp.errors.append(rec)
+            self.result.errors_seen[str(rec.get("type"))] += 1
+            self.note(f"{mp.name} (Java) raised: {rec.get('message')}")
+        elif event == "closed":
+            mp.closed = rec
+            self.ownership.died(mp.name, at)
+
     def _signal(self, mp: MemberProc, sig: signal.Signals) -> bool:
         if mp.done.is_set() or mp.proc.returncode is not None:
             return False
@@ -523,12 +668,19 @@ class ChaosRunner:
 
     def why_not_stable(self) -> str | None:
         """None when the group is stable: every live member STABLE in one generation,
-        their assignments a partition of the topic, and the listener holds the same."""
+        their assignments a partition of the topic, and the listener holds the same.
+
+        A Java member reports no state: it counts once it reports a generation (after a
+        completed join and sync), which must be the others'; its assignment and holds count
+        like a kgroup member's."""
         live = [p for p in self.procs if p.live]
         if not live:
             return "no live member"
         for p in live:
-            if p.status is None or p.status.get("state") != "STABLE":
+            if p.java:
+                if p.status is None or int(p.status.get("generation", -1)) < 1:
+                    return f"{p.name} (Java) has not joined"
+            elif p.status is None or p.status.get("state") != "STABLE":
                 state = None if p.status is None else p.status.get("state")
                 return f"{p.name} is {state}"
         generations = {p.name: p.status["generation"] for p in live if p.status}
@@ -596,9 +748,8 @@ class ChaosRunner:
                 continue
             st = p.status or {}
             assignment = [f"{t}-{n}" for t, n in st.get("assignment", [])]
-            parts.append(
-                f"{p.name}({p.state}): {st.get('state')} gen {st.get('generation')} {assignment}"
-            )
+            state = "Java" if p.java else st.get("state")
+            parts.append(f"{p.name}({p.state}): {state} gen {st.get('generation')} {assignment}")
         return "; ".join(parts) or "no process left"
 
     # -- the run ------------------------------------------------------------------------------
@@ -615,8 +766,18 @@ class ChaosRunner:
         finally:
             await self._cleanup()
             self.result.duration = time.monotonic() - started
+            self._keep_broker_log()
             self._timeline.close()
         return self.result
+
+    def _keep_broker_log(self) -> None:
+        """Copy Kafka's log next to the members' when the run failed or noted something
+        (the broker's own directory goes with the broker)."""
+        broker = self.target.broker
+        if not isinstance(broker, KafkaBroker) or not (self.result.failures or self.result.notes):
+            return
+        with contextlib.suppress(OSError):
+            shutil.copyfile(broker.log_path, self.workdir / "broker.log")
 
     async def _run(self) -> None:
         s = self.schedule
@@ -829,6 +990,7 @@ class ChaosRunner:
                 await asyncio.to_thread(broker.start)
             else:
                 await asyncio.to_thread(broker.restart)
+            self._kafka_restarts.append((t, time.monotonic()))
         self.note(f"END broker_restart: Kafka back after {time.monotonic() - t:.2f} s")
 
     async def _restart_tansu(self) -> None:
@@ -914,6 +1076,17 @@ class ChaosRunner:
                 + "; ".join(f"{self._hold(a)} / {self._hold(b)}" for a, b in zombies[:3])
             )
             overlaps = [pair for pair in overlaps if pair not in zombies]
+        expired = [pair for pair in overlaps if self._java_restart_overlap(*pair)]
+        if expired:
+            self.result.java_restart_overlaps += len(expired)
+            self.result.notes.append(
+                f"{len(expired)} overlap(s) of a Java member's hold across a Kafka restart that "
+                "expired it (tolerated: the Java client has no lease; it held on until it "
+                "reached the coordinator again and lost them, within a session of the broker's "
+                "return): "
+                + "; ".join(f"{self._hold(a)} / {self._hold(b)}" for a, b in expired[:3])
+            )
+            overlaps = [pair for pair in overlaps if pair not in expired]
         lost_state = [pair for pair in overlaps if self._state_loss_overlap(*pair)]
         if lost_state:
             self.result.notes.append(
@@ -924,6 +1097,17 @@ class ChaosRunner:
             )
             overlaps = [pair for pair in overlaps if pair not in lost_state]
         if overlaps:
+            java = {mp.name for mp in self.procs if mp.java}
+            if java:
+                first = Counter(
+                    "Java" if min(a, b, key=lambda h: h.start).member in java else "kgroup"
+                    for a, b in overlaps
+                )
+                self.result.notes.append(
+                    "overlaps by whose hold came first: "
+                    + ", ".join(f"{who} {n}" for who, n in sorted(first.items()))
+                    + " (every one fails the run: Java members only get faults they survive)"
+                )
             shown = "\n".join(
                 f"       {self._hold(a)}\n         overlaps {self._hold(b)}"
                 for a, b in overlaps[:10]
@@ -949,7 +1133,8 @@ class ChaosRunner:
                 kinds = Counter(f"{e.get('type')}: {e.get('message')}" for e in unexpected)
                 listed = "; ".join(f"{text} (x{n})" for text, n in kinds.most_common(5))
                 self.fail(f"invariant 3: {mp.name}: poll() raised {listed}")
-        # Invariant 4.
+        # Invariant 4 (a Java member: exit code 0 and a ``closed`` line after close(); the
+        # Python leak checks do not apply to a JVM).
         for mp in self.procs:
             if mp.state == "killed" or mp.terminated_before_ready:
                 continue
@@ -995,10 +1180,38 @@ class ChaosRunner:
             for begin, back in self._state_losses
         )
 
+    def _java_restart_overlap(self, a: Hold, b: Hold) -> bool:
+        """Whether an overlap is a Java member holding on across a Kafka restart that
+        expired it: the one case where a Java member's overlap is not a failure.
+
+        A Kafka that comes back from a restart (SIGKILL and log recovery, above all) loads
+        the group and starts its members' sessions before they can reach it again, so it may
+        expire every member and give the partitions to whoever arrives first. A kgroup member
+        ended its holds by its lease meanwhile; the Java client has no lease and holds on until
+        it reaches the coordinator and hears it is unknown (``onPartitionsLost``). Tolerated
+        exactly then: the earlier hold is a Java member's, began before a restart that began
+        before the later hold, and ended by ``lost`` no later than a session timeout (plus
+        1 s of process slack) after the broker was back. A Java hold that ended any other
+        way (revoked: the group still counted it as a member) or later, or a kgroup member's
+        earlier hold, still fails.
+        """
+        earlier, later = sorted((a, b), key=lambda h: h.start)
+        if not any(mp.java and mp.name == earlier.member for mp in self.procs):
+            return False
+        if earlier.ended_by != "lost" or earlier.end is None:
+            return False
+        session = self.schedule.timeouts.session
+        return any(
+            earlier.start < begin <= later.start and earlier.end <= back + session + 1.0
+            for begin, back in self._kafka_restarts
+        )
+
     def _hold(self, hold: Hold) -> str:
         end = "open" if hold.end is None else f"{self._rel(hold.end)} ({hold.ended_by})"
         start = self._rel(hold.start)
-        return f"{hold.member} gen {hold.generation} held {hold.partition} {start}..{end}"
+        java = any(mp.java and mp.name == hold.member for mp in self.procs)
+        who = f"{hold.member} (Java)" if java else hold.member
+        return f"{who} gen {hold.generation} held {hold.partition} {start}..{end}"
 
     async def _cleanup(self) -> None:
         """Whatever happened: no process, reader or background task outlives the run."""

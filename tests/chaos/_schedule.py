@@ -35,6 +35,14 @@ Proxy faults never overlap (each ends with a heal), nor do broker restarts or do
 Members named in steps are slots ``m1`` .. ``mN``; a ``rejoin`` starts a new process (a new
 *incarnation*) in the slot. On Kafka some members bootstrap through the fault proxy
 (``MemberSpec.via_proxy``) and the others directly, so a black hole cuts off only some.
+
+Mixed groups (Kafka only; ``java_members``): some slots run Kafka's Java ``KafkaConsumer``
+(``MemberSpec.java``, ``kgroup/testing/java/JavaMember.java``) beside kgroup members, with
+the same assignor. The Java client does not fence itself (it keeps its partitions while cut
+off from the coordinator, until it hears it was evicted), so Java slots only get the faults
+after which it holds nothing the coordinator gave to someone else (:data:`JAVA_FAULTS`:
+crash, leave, rejoin; the broker restarts hit every member alike): they connect directly,
+never through the proxy, and are never paused. kgroup slots get every fault as usual.
 """
 
 from __future__ import annotations
@@ -51,6 +59,8 @@ __all__ = [
     "ASSIGNORS",
     "BROKERS",
     "FAULT_KINDS",
+    "JAVA_ASSIGNORS",
+    "JAVA_FAULTS",
     "MemberSpec",
     "Schedule",
     "Step",
@@ -63,6 +73,10 @@ __all__ = [
 BrokerKind = Literal["kafka", "tansu", "mock"]
 BROKERS: tuple[BrokerKind, ...] = ("kafka", "tansu", "mock")
 ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky", "upgrade-1", "upgrade-2")
+#: Assignors a mixed group may use (one name: JavaMember maps it to Kafka's class).
+JAVA_ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky")
+#: ``schedule_for``: how likely a Kafka cooperative-sticky schedule is a mixed group.
+MIXED_PROBABILITY = 0.5
 
 #: ``assignor="upgrade-1"`` / ``"upgrade-2"``: the group is in the middle of one of KIP-429's
 #: two rolling bounces from eager to cooperative while the faults run. A group never mixes
@@ -90,6 +104,13 @@ def assignors_for(assignor: str, slot: str, incarnation: int) -> str:
 
 MEMBER_FAULTS = ("crash", "pause", "leave", "rejoin")
 PROXY_FAULTS = ("black_hole", "latency", "cut")
+#: Member faults a Java slot may get: the Java client survives them without holding a
+#: partition that the coordinator gave to another member (a SIGKILLed JVM holds nothing; a
+#: closing one revokes or loses everything before it exits). Not ``pause``: a JVM stopped
+#: for longer than the session keeps its partitions when it continues, until a heartbeat
+#: or poll tells it it was evicted, while the new owner already works on them. Not the
+#: proxy faults either (Java slots connect directly), for the same reason.
+JAVA_FAULTS = ("crash", "leave", "rejoin")
 FAULT_KINDS = (
     *MEMBER_FAULTS,
     *PROXY_FAULTS,
@@ -190,15 +211,22 @@ DEFAULT_TIMEOUTS: dict[str, Timeouts] = {
 
 @dataclass(frozen=True)
 class MemberSpec:
-    """One member slot: its name, its static identity (None: dynamic) and whether it
-    reaches the broker through the fault proxy."""
+    """One member slot: its name, its static identity (None: dynamic), whether it reaches
+    the broker through the fault proxy, and whether it runs Kafka's Java consumer instead
+    of kgroup."""
 
     slot: str
     instance_id: str | None = None
     via_proxy: bool = False
+    java: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"slot": self.slot, "instance_id": self.instance_id, "via_proxy": self.via_proxy}
+        return {
+            "slot": self.slot,
+            "instance_id": self.instance_id,
+            "via_proxy": self.via_proxy,
+            "java": self.java,
+        }
 
 
 JSONValue = str | int | float | bool | None | tuple[int, ...]
@@ -290,6 +318,11 @@ class Schedule:
     def kinds(self) -> set[str]:
         return {s.kind for s in self.steps}
 
+    @property
+    def java_slots(self) -> tuple[str, ...]:
+        """The slots run by Kafka's Java consumer (empty: a kgroup-only group)."""
+        return tuple(m.slot for m in self.members if m.java)
+
     def member(self, slot: str) -> MemberSpec:
         for spec in self.members:
             if spec.slot == slot:
@@ -298,9 +331,11 @@ class Schedule:
 
     @property
     def label(self) -> str:
-        """A short id: ``kafka-static-range-5m-seed17``."""
+        """A short id: ``kafka-static-range-5m-seed17``, ``...-5m-2java-seed17`` when two of
+        the five members are Java consumers."""
         kind = "static" if self.static else "dynamic"
-        return f"{self.broker}-{kind}-{self.assignor}-{len(self.members)}m-seed{self.seed}"
+        java = f"{len(self.java_slots)}java-" if self.java_slots else ""
+        return f"{self.broker}-{kind}-{self.assignor}-{len(self.members)}m-{java}seed{self.seed}"
 
     # -- JSON -------------------------------------------------------------------------------
 
@@ -347,6 +382,7 @@ class Schedule:
         t = self.timeouts
         members = ", ".join(
             m.slot
+            + (":java" if m.java else "")
             + ("@proxy" if m.via_proxy else "")
             + (f"[{m.instance_id}]" if m.instance_id else "")
             for m in self.members
@@ -382,6 +418,10 @@ class _Slot:
         """Running and not paused at ``t``: may be crashed, paused or asked to leave."""
         return self.alive and self.paused_until <= t
 
+    def allows(self, kind: str) -> bool:
+        """Whether this slot may get a member fault of ``kind`` (:data:`JAVA_FAULTS`)."""
+        return not self.spec.java or kind in JAVA_FAULTS
+
 
 @dataclass
 class _Timeline:
@@ -409,6 +449,7 @@ def make_schedule(
     weights: Mapping[str, float] | None = None,
     hard_restart_probability: float = 0.15,
     fatal_error_probability: float = 0.1,
+    java_members: int = 0,
 ) -> Schedule:
     """A random chaos schedule, a pure function of its arguments (``random.Random(seed)``).
 
@@ -416,23 +457,40 @@ def make_schedule(
     dynamic, ``assignor`` (any name kgroup accepts, names separated by commas, or
     ``"upgrade-1"`` / ``"upgrade-2"``: see :data:`UPGRADE_BOUNCES`). Faults start ``gap``
     seconds apart (uniform) inside ``fault_window`` seconds; ``weights`` overrides
-    :data:`WEIGHTS` for the broker.
+    :data:`WEIGHTS` for the broker. ``java_members`` (Kafka, 1..members-1, an assignor of
+    :data:`JAVA_ASSIGNORS`) slots run Kafka's Java consumer: direct, and only the faults of
+    :data:`JAVA_FAULTS`; at least one kgroup slot is proxied.
     """
     if broker not in BROKERS:
         raise ValueError(f"broker must be one of {BROKERS}, not {broker!r}")
     if not 3 <= members <= 8:
         raise ValueError(f"members must be 3..8, not {members}")
+    if java_members:
+        if broker != "kafka":
+            raise ValueError(f"Java members run on Kafka only, not on {broker}")
+        if not 1 <= java_members < members:
+            raise ValueError(f"java_members must be 1..{members - 1}, not {java_members}")
+        if assignor not in JAVA_ASSIGNORS:
+            raise ValueError(f"a mixed group's assignor is one of {JAVA_ASSIGNORS}")
     rng = random.Random(seed)
     t_out = timeouts or DEFAULT_TIMEOUTS[broker]
     session = t_out.session
     n_partitions = partitions if partitions is not None else rng.randint(members, 2 * members + 2)
-    n_proxied = rng.randint(1, members - 1) if broker == "kafka" else 0
-    proxied = set(rng.sample(range(members), n_proxied))
+    java: set[int] = set()
+    if java_members:
+        # Java slots connect directly; between one and all of the kgroup slots are proxied.
+        java = set(rng.sample(range(members), java_members))
+        others = [i for i in range(members) if i not in java]
+        proxied = set(rng.sample(others, rng.randint(1, len(others))))
+    else:
+        n_proxied = rng.randint(1, members - 1) if broker == "kafka" else 0
+        proxied = set(rng.sample(range(members), n_proxied))
     specs = tuple(
         MemberSpec(
             slot=f"m{i + 1}",
             instance_id=f"m{i + 1}" if static else None,
             via_proxy=i in proxied,
+            java=i in java,
         )
         for i in range(members)
     )
@@ -481,7 +539,7 @@ def _pause_range(session: float) -> tuple[float, float]:
 
 def _possible(kind: str, line: _Timeline, t: float, window: float, session: float) -> bool:
     """Whether ``kind`` can start at ``t`` given what the timeline holds then."""
-    usable = [s for s in line.slots if s.usable(t)]
+    usable = [s for s in line.slots if s.usable(t) and s.allows(kind)]
     if kind == "crash" or kind == "leave":
         return bool(usable) and line.alive() > 1  # someone must be left at the end
     if kind == "pause":
@@ -526,7 +584,7 @@ def _add(
 ) -> None:
     steps = line.steps
     if kind in ("crash", "leave", "pause"):
-        slot = rng.choice([s for s in line.slots if s.usable(t)])
+        slot = rng.choice([s for s in line.slots if s.usable(t) and s.allows(kind)])
         if kind == "pause":
             lo, hi = _pause_range(session)
             duration = _duration(rng, lo, min(hi, window - t))
@@ -599,9 +657,11 @@ def _add(
 
 
 def schedule_for(broker: str, seed: int, **overrides: Any) -> Schedule:
-    """The schedule of ``seed`` on ``broker``: the member count (3..8), static or dynamic
-    and the assignor are drawn from the seed too, so ``(broker, seed)`` alone replays it.
-    ``overrides`` go to :func:`make_schedule` (e.g. ``fault_window`` for the soak)."""
+    """The schedule of ``seed`` on ``broker``: the member count (3..8), static or dynamic,
+    the assignor and, for a Kafka cooperative-sticky group, whether some members are Java
+    consumers (:data:`MIXED_PROBABILITY`; 1 to half of them) are drawn from the seed too,
+    so ``(broker, seed)`` alone replays it. ``overrides`` go to :func:`make_schedule` (e.g.
+    ``fault_window`` for the soak)."""
     rng = random.Random(f"params/{broker}/{seed}")
     params: dict[str, Any] = {
         "members": rng.randint(3, 8),
@@ -615,6 +675,11 @@ def schedule_for(broker: str, seed: int, **overrides: Any) -> Schedule:
         # groups of 4 to 6 members never formed. Static membership is covered on Kafka
         # and the mock; tansu schedules are dynamic (make_schedule still takes static=True).
         params["static"] = False
+    # Drawn last (and only here), so that every other seed keeps its schedule; the upper
+    # part of [0, 1) is mixed, which leaves the kgroup-only default cases as they were.
+    if broker == "kafka" and params["assignor"] == "cooperative-sticky":
+        if rng.random() >= 1.0 - MIXED_PROBABILITY:
+            params["java_members"] = rng.randint(1, params["members"] // 2)
     params.update(overrides)
     return make_schedule(seed, broker=broker, **params)
 
@@ -652,13 +717,28 @@ DEFAULT_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = 
     ),
     (
         "kafka",
-        "cooperative-sticky, black hole, crash",
-        lambda s: s.assignor == "cooperative-sticky" and _has("black_hole", "crash")(s),
+        "cooperative-sticky (kgroup only), black hole, crash",
+        lambda s: (
+            s.assignor == "cooperative-sticky"
+            and not s.java_slots
+            and _has("black_hole", "crash")(s)
+        ),
     ),
     (
         "kafka",
         "the second upgrade bounce (eager and cooperative members) under faults, restarts",
         lambda s: s.assignor == "upgrade-2" and _has("crash", "rejoin")(s),
+    ),
+    (
+        "kafka",
+        "a mixed Java/kgroup cooperative-sticky group: a Java member leaves, crashes and "
+        "rejoins, a kgroup member is cut off",
+        lambda s: (
+            bool(s.java_slots)
+            and {"leave", "crash", "rejoin"}
+            <= {st.kind for st in s.steps if st.member in s.java_slots}
+            and "black_hole" in s.kinds()
+        ),
     ),
     (
         "mock",

@@ -8,6 +8,10 @@ Options:
 ``--chaos-count K``
     Run ``K`` random seeds per broker instead of the default cases (each printed, so any of
     them replays with ``--chaos-seed``).
+``--chaos-java``
+    Only seeds whose schedule is a mixed Java/kgroup group (Kafka only): with
+    ``--chaos-count K``, ``K`` such random seeds (with ``--chaos-seed N`` too: the first
+    ``K`` from ``N`` on). The seeds replay without the option.
 
 Without either, ``test_chaos`` runs :func:`~._schedule.default_cases` (fixed seeds that
 cover every fault kind) and ``test_soak`` (``slow``: only with ``--run-slow``) one random
@@ -45,6 +49,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--chaos-count", type=int, default=None, help="run this many random seeds per broker"
     )
     group.addoption(
+        "--chaos-java",
+        action="store_true",
+        default=False,
+        help="only seeds of mixed Java/kgroup groups (Kafka)",
+    )
+    group.addoption(
         "--chaos-logs",
         default=None,
         help="where member logs go (default $KGROUP_CHAOS_LOGS or TMPDIR/kgroup-chaos; "
@@ -78,6 +88,8 @@ def chaos_logdir(request: pytest.FixtureRequest) -> Path:
 def _seeds(config: pytest.Config) -> list[int] | None:
     seed = config.getoption("--chaos-seed", default=None)
     count = config.getoption("--chaos-count", default=None)
+    if config.getoption("--chaos-java", default=False):
+        return _mixed_seeds(seed, count or 1)
     if seed is None and count is None:
         return None
     if seed is None:
@@ -86,13 +98,28 @@ def _seeds(config: pytest.Config) -> list[int] | None:
     return list(range(seed, seed + (count or 1)))
 
 
+def _mixed_seeds(start: int | None, count: int) -> list[int]:
+    """``count`` seeds whose Kafka schedule has Java members: random ones, or the first
+    ones from ``start`` on."""
+    system = random.SystemRandom()
+    seeds: list[int] = []
+    candidate = start if start is not None else system.randint(1, 999_999)
+    while len(seeds) < count:
+        if candidate not in seeds and schedule_for("kafka", candidate).java_slots:
+            seeds.append(candidate)
+        candidate = candidate + 1 if start is not None else system.randint(1, 999_999)
+    return seeds
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "chaos_case" not in metafunc.fixturenames:
         return
     soak = metafunc.function.__name__ == "test_soak"
     seeds = _seeds(metafunc.config)
+    java = metafunc.config.getoption("--chaos-java", default=False)
     if seeds is not None:
-        cases = [ChaosCase(b, s, soak) for b in BROKERS for s in seeds]
+        brokers = ("kafka",) if java else BROKERS
+        cases = [ChaosCase(b, s, soak) for b in brokers for s in seeds]
     elif soak:
         system = random.SystemRandom()
         cases = [ChaosCase(b, system.randint(1, 999_999), True) for b in BROKERS]

@@ -16,6 +16,9 @@ from ._schedule import (
     BROKERS,
     DEFAULT_REQUIREMENTS,
     FAULT_KINDS,
+    JAVA_ASSIGNORS,
+    JAVA_FAULTS,
+    MIXED_PROBABILITY,
     PROXY_FAULTS,
     WEIGHTS,
     Schedule,
@@ -54,6 +57,14 @@ def test_parameters_are_validated() -> None:
         make_schedule(1, broker="kafka", members=2, static=False)
     with pytest.raises(ValueError, match="broker"):
         make_schedule(1, broker="redpanda", members=3, static=False)
+    with pytest.raises(ValueError, match="Kafka only"):
+        make_schedule(1, broker="tansu", members=3, static=False, java_members=1)
+    with pytest.raises(ValueError, match="java_members"):
+        make_schedule(1, broker="kafka", members=3, static=False, java_members=3)
+    with pytest.raises(ValueError, match="assignor"):
+        make_schedule(
+            1, broker="kafka", members=3, static=False, assignor="upgrade-2", java_members=1
+        )
 
 
 def test_the_assignor_is_a_parameter() -> None:
@@ -101,13 +112,74 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
     assert seen == set(WEIGHTS[broker]), f"kinds never drawn: {set(WEIGHTS[broker]) - seen}"
 
 
+@pytest.mark.parametrize("static", [False, True])
+def test_mixed_groups_keep_java_members_to_the_faults_they_survive(static: bool) -> None:
+    """Java slots: direct, never paused, only JAVA_FAULTS; kgroup slots still get every
+    fault, at least one of them through the proxy; deterministic."""
+    seen_java: set[str] = set()
+    seen_kgroup: set[str] = set()
+    for seed in SEEDS:
+        members = 3 + seed % 6
+        n_java = 1 + seed % (members - 1)
+        assignor = JAVA_ASSIGNORS[seed % len(JAVA_ASSIGNORS)]
+        s = make_schedule(
+            seed,
+            broker="kafka",
+            members=members,
+            static=static,
+            assignor=assignor,
+            java_members=n_java,
+        )
+        assert s == make_schedule(
+            seed,
+            broker="kafka",
+            members=members,
+            static=static,
+            assignor=assignor,
+            java_members=n_java,
+        )
+        assert Schedule.from_json(s.dumps()) == s
+        java = set(s.java_slots)
+        assert len(java) == n_java and f"{n_java}java" in s.label
+        assert all(not m.via_proxy for m in s.members if m.java), "Java slots are direct"
+        assert any(m.via_proxy for m in s.members if not m.java), "some kgroup slot proxied"
+        for step in s.steps:
+            if step.member in java:
+                assert step.kind in JAVA_FAULTS, step
+                seen_java.add(step.kind)
+            elif step.member is not None:
+                seen_kgroup.add(step.kind)
+        _check_member_timeline(s)
+        _check_exclusive(s, PROXY_FAULTS)
+    assert seen_java == set(JAVA_FAULTS)
+    assert seen_kgroup == {"crash", "pause", "leave", "rejoin"}
+
+
+def test_schedule_for_draws_mixed_groups_on_kafka_cooperative_sticky_only() -> None:
+    mixed = [s for s in (schedule_for("kafka", seed) for seed in range(1, 600)) if s.java_slots]
+    coop = [
+        s
+        for seed in range(1, 600)
+        if (s := schedule_for("kafka", seed)).assignor == ("cooperative-sticky")
+    ]
+    assert mixed and all(s.assignor == "cooperative-sticky" for s in mixed)
+    assert 0.3 < len(mixed) / len(coop) < 0.7, MIXED_PROBABILITY
+    assert all(1 <= len(s.java_slots) <= len(s.members) // 2 for s in mixed)
+    for broker in ("tansu", "mock"):
+        assert not any(schedule_for(broker, seed).java_slots for seed in SEEDS)
+    # drawn last, so a kgroup-only seed keeps its schedule (a default case, as it was)
+    s = schedule_for("kafka", 65)
+    assert not s.java_slots and s.label == "kafka-dynamic-cooperative-sticky-4m-seed65"
+
+
 def _check_member_timeline(s: Schedule) -> None:
     """Crash, pause and leave hit running, unpaused members; rejoin only fills a slot that
-    is down; at least one member is always left."""
+    is down; at least one member is always left; a Java slot only gets JAVA_FAULTS."""
     alive = {m.slot: True for m in s.members}
     paused_until = {m.slot: 0.0 for m in s.members}
     for step in s.steps:
         slot = step.member
+        assert slot not in s.java_slots or step.kind in JAVA_FAULTS, step
         if step.kind in ("crash", "leave", "pause"):
             assert slot is not None and alive[slot] and paused_until[slot] <= step.at, step
             if step.kind == "pause":
@@ -145,6 +217,8 @@ def test_default_cases_cover_every_fault_kind_and_both_memberships() -> None:
         assert any(s.broker == broker and predicate(s) for s in schedules), what
     assert all(len(s.members) <= 5 for s in schedules)
     assert {s.assignor for s in schedules} >= {"cooperative-sticky", "upgrade-2"}
+    assert any(s.java_slots for s in schedules), "a mixed Java/kgroup group"
+    assert any(s.assignor == "cooperative-sticky" and not s.java_slots for s in schedules)
     covered = set().union(*(s.kinds() for s in schedules))
     assert covered == set(FAULT_KINDS)
     kafka = [s for s in schedules if s.broker == "kafka"]

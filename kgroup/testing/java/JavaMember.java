@@ -8,19 +8,26 @@
  *   {"event":"assigned","partitions":[["t",0],...],"assignment":[...],"generation":1,"member_id":"..."}
  *   {"event":"revoked", ...}   {"event":"lost", ...}
  *   {"event":"committed","offsets":[["t",0,12],...]}
+ *   {"event":"status","generation":3,"member_id":"...","assignment":[...]}
  *   {"event":"error","message":"..."}
  *   {"event":"closed"}
  *
+ * Every line also has "t": System.nanoTime() in seconds, which on Linux is CLOCK_MONOTONIC,
+ * the clock of Python's time.monotonic(), so the lines of Java and Python processes share one
+ * timeline. "assigned" and "lost" are stamped when the callback starts, "revoked" when it
+ * ends (the member holds the partitions until then), "closed" after close() returned.
  * "partitions" holds the partitions of that callback; "assignment" is what
  * consumer.assignment() returned inside it (in onPartitionsRevoked that still includes the
- * partitions being revoked). Commands, one per line on stdin: "close" (graceful close: the member
+ * partitions being revoked). "status" follows a poll() after which the generation, member
+ * id or assignment (consumer.groupMetadata(), consumer.assignment()) changed. Commands, one per line on stdin: "close" (graceful close: the member
  * leaves the group, then the program exits 0) and "commit" (commitSync of the current
  * positions). End of stdin and SIGTERM also close gracefully.
  *
  * Options: --bootstrap HOST:PORT --group ID --topic NAME[,NAME...]
  *   [--protocol classic|consumer] [--assignor range|roundrobin|sticky|cooperative-sticky]
  *   [--session-timeout-ms N] [--heartbeat-interval-ms N] [--max-poll-interval-ms N]
- *   [--group-instance-id ID] [--client-id ID] [--poll-ms N] [--property KEY=VALUE ...]
+ *   [--group-instance-id ID] [--client-id ID] [--poll-ms N] [--close-timeout-ms N]
+ *   [--property KEY=VALUE ...]
  *
  * Run it with the kafka-clients jars on the class path, either compiled or in Java's
  * single-file source mode:  java -cp 'libs/*' JavaMember.java --bootstrap ...
@@ -41,6 +48,7 @@ import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
+import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
@@ -112,6 +120,8 @@ public final class JavaMember {
             props.put(kv.substring(0, eq), kv.substring(eq + 1));
         }
         long pollMs = Long.parseLong(opts.getOrDefault("poll-ms", "100"));
+        Duration closeTimeout = Duration.ofMillis(
+                Long.parseLong(opts.getOrDefault("close-timeout-ms", "30000")));
         List<String> topics = Arrays.asList(opts.get("topic").split(","));
 
         Runtime.getRuntime().addShutdownHook(new Thread(() -> {
@@ -129,16 +139,24 @@ public final class JavaMember {
         Thread stdin = new Thread(JavaMember::readCommands, "java-member-stdin");
         stdin.setDaemon(true);
 
-        try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(props)) {
+        KafkaConsumer<byte[], byte[]> c = null;
+        try {
+            c = new KafkaConsumer<>(props);
             consumer = c;
             c.subscribe(topics, new Listener(c));
             emit("{\"event\":\"started\"}");
             stdin.start();
+            String lastStatus = "";
             while (!stopping) {
                 try {
                     c.poll(Duration.ofMillis(pollMs));
                 } catch (WakeupException e) {
                     // a command or a stop request: handled below
+                }
+                String status = status(c);
+                if (!status.equals(lastStatus)) {
+                    lastStatus = status;
+                    emit(status);
                 }
                 String cmd;
                 while ((cmd = COMMANDS.poll()) != null) {
@@ -147,12 +165,20 @@ public final class JavaMember {
                     }
                 }
             }
-            // try-with-resources closes the consumer here: LeaveGroup, revoke callbacks.
         } catch (Exception e) {
             emit("{\"event\":\"error\",\"message\":" + str(String.valueOf(e)) + "}");
             exitCode = 1;
         } finally {
             consumer = null;
+            if (c != null) {
+                try {
+                    // LeaveGroup (dynamic members) and the revoke callbacks, bounded.
+                    c.close(CloseOptions.timeout(closeTimeout));
+                } catch (Exception e) {
+                    emit("{\"event\":\"error\",\"message\":" + str("close failed: " + e) + "}");
+                    exitCode = 1;
+                }
+            }
             emit("{\"event\":\"closed\"}");
             DONE.countDown();
         }
@@ -188,6 +214,19 @@ public final class JavaMember {
         if (c != null) {
             c.wakeup();
         }
+    }
+
+    private static String status(KafkaConsumer<byte[], byte[]> c) {
+        StringBuilder sb = new StringBuilder("{\"event\":\"status\"");
+        try {
+            ConsumerGroupMetadata md = c.groupMetadata();
+            sb.append(",\"generation\":").append(md.generationId());
+            sb.append(",\"member_id\":").append(str(md.memberId()));
+        } catch (Exception e) {
+            // no group metadata yet
+        }
+        sb.append(",\"assignment\":").append(tps(c.assignment()));
+        return sb.append('}').toString();
     }
 
     private static void commit(KafkaConsumer<byte[], byte[]> c) {
@@ -249,6 +288,7 @@ public final class JavaMember {
         }
 
         private void report(String event, Collection<TopicPartition> partitions) {
+            long start = System.nanoTime();
             StringBuilder sb = new StringBuilder("{\"event\":\"").append(event).append("\"");
             sb.append(",\"partitions\":").append(tps(partitions));
             sb.append(",\"assignment\":").append(tps(c.assignment()));
@@ -259,7 +299,9 @@ public final class JavaMember {
             } catch (Exception e) {
                 // metadata is unavailable while closing: leave it out
             }
-            emit(sb.append('}').toString());
+            // a hold starts when onPartitionsAssigned starts, ends when onPartitionsLost
+            // starts or onPartitionsRevoked returns (this line is its last statement)
+            emit(sb.append('}').toString(), event.equals("revoked") ? System.nanoTime() : start);
         }
     }
 
@@ -310,8 +352,15 @@ public final class JavaMember {
     }
 
     private static void emit(String json) {
+        emit(json, System.nanoTime());
+    }
+
+    private static void emit(String json, long nanos) {
+        // "t" first: {"t":12.345678901,"event":...}
+        String line = "{\"t\":" + (nanos / 1_000_000_000L) + "."
+                + String.format("%09d", nanos % 1_000_000_000L) + "," + json.substring(1);
         synchronized (OUT_LOCK) {
-            System.out.println(json);
+            System.out.println(line);
             System.out.flush();
         }
     }

@@ -1,0 +1,227 @@
+"""The runner's invariant checks on hand-made member lines, without a broker: what a mixed
+Java/kgroup group's lines count as, and that a broken ownership feed fails the run.
+
+The last test starts a JavaMember (no broker needed) to check that its stamps are on the
+clock of ``time.monotonic()``; it skips without Java.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from kgroup import TopicPartition
+from kgroup.testing import JavaMember
+
+from ._runner import ChaosRunner, MemberProc, Target
+from ._schedule import MemberSpec, Schedule, Step, Timeouts
+
+TOPIC = "t"
+
+
+def make_runner(tmp_path: Path, partitions: int = 2) -> ChaosRunner:
+    schedule = Schedule(
+        seed=1,
+        broker="kafka",
+        static=False,
+        assignor="cooperative-sticky",
+        partitions=partitions,
+        members=(MemberSpec("m1", via_proxy=True), MemberSpec("m2", java=True)),
+        timeouts=Timeouts(
+            session_ms=6000, heartbeat_ms=500, max_poll_ms=12_000, request_timeout_ms=5000
+        ),
+        fault_window=20.0,
+        steps=(Step.make(1.0, "crash", member="m2"),),
+    )
+    runner = ChaosRunner(schedule, Target("kafka", cast(Any, None)), tmp_path, replay="replay")
+    runner.topic = TOPIC
+    runner.partitions = frozenset(TopicPartition(TOPIC, p) for p in range(partitions))
+    return runner
+
+
+def add(runner: ChaosRunner, slot: str, *, java: bool) -> MemberProc:
+    spec = runner.schedule.member(slot)
+    mp = MemberProc(
+        name=slot,
+        spec=spec,
+        proc=cast(Any, None),
+        log_path=runner.workdir / f"{slot}.log",
+        events_path=runner.workdir / f"{slot}.events.jsonl",
+        spawned_at=0.0,
+        java=java,
+    )
+    runner.procs.append(mp)
+    return mp
+
+
+def line(event: str, t: float, *partitions: int, **fields: Any) -> dict[str, Any]:
+    rec: dict[str, Any] = {"event": event, "t": t, **fields}
+    if partitions:
+        rec["partitions"] = [[TOPIC, p] for p in partitions]
+    return rec
+
+
+def exit_cleanly(runner: ChaosRunner, mp: MemberProc, t: float) -> None:
+    """The process closed and exited 0 (what _read does at EOF)."""
+    if mp.java:
+        runner.feed(mp, line("closed", t))
+    else:
+        runner.feed(mp, line("closed", t, tasks=[], sockets=[], transports=[], warnings=[]))
+    mp.returncode = 0
+    mp.state = "exited"
+    runner.ownership.died(mp.name, t)
+
+
+def failures(runner: ChaosRunner) -> list[str]:
+    runner._final_checks()
+    return runner.result.failures
+
+
+@pytest.fixture
+def group(tmp_path: Path) -> Iterator[tuple[ChaosRunner, MemberProc, MemberProc]]:
+    """A runner with a kgroup member m1 and a Java member m2, both ready."""
+    runner = make_runner(tmp_path)
+    kg = add(runner, "m1", java=False)
+    java = add(runner, "m2", java=True)
+    runner.feed(kg, line("ready", 0.0, lease=True))
+    runner.feed(java, line("started", 0.0))
+    yield runner, kg, java
+    runner._timeline.close()
+
+
+def test_a_clean_handover_between_java_and_kgroup_passes(group: Any) -> None:
+    runner, kg, java = group
+    runner.feed(java, line("assigned", 1.0, 0, 1, generation=1))
+    runner.feed(java, line("revoked", 2.0, 1, generation=1))  # cooperative: gives up p1
+    runner.feed(kg, line("assigned", 2.5, 1, generation=2))
+    # kgroup's lease ends its hold: the Java member may take p1 before the revoke line
+    runner.feed(kg, line("lease_expired", 4.0, deadline=3.0))
+    runner.feed(java, line("assigned", 3.5, 1, generation=3))
+    runner.feed(kg, line("revoked", 5.0, 1, generation=3))
+    exit_cleanly(runner, java, 6.0)
+    exit_cleanly(runner, kg, 6.0)
+    assert failures(runner) == []
+
+
+def test_a_kgroup_member_holding_a_partition_given_to_java_fails(group: Any) -> None:
+    runner, kg, java = group
+    runner.feed(kg, line("assigned", 1.0, 0, generation=1))
+    runner.feed(java, line("assigned", 2.0, 0, generation=2))  # kgroup has not let go
+    runner.feed(kg, line("revoked", 3.0, 0, generation=2))
+    exit_cleanly(runner, java, 6.0)
+    exit_cleanly(runner, kg, 6.0)
+    found = failures(runner)
+    assert len(found) == 1 and found[0].startswith("invariant 1: 1 overlapping hold")
+    assert "m1 gen 1" in found[0] and "m2 (Java) gen 2" in found[0]
+    assert any("kgroup 1" in note for note in runner.result.notes)
+
+
+def test_a_java_member_holding_a_partition_given_to_kgroup_fails_too(group: Any) -> None:
+    """No lease excuses a Java member: its overlaps fail the run as well."""
+    runner, kg, java = group
+    runner.feed(java, line("assigned", 1.0, 0, generation=1))
+    runner.feed(kg, line("assigned", 2.0, 0, generation=2))
+    runner.feed(java, line("lost", 3.0, 0, generation=2))
+    exit_cleanly(runner, java, 6.0)
+    exit_cleanly(runner, kg, 6.0)
+    found = failures(runner)
+    assert len(found) == 1 and "invariant 1" in found[0] and "m2 (Java) gen 1" in found[0]
+    assert any("Java 1" in note for note in runner.result.notes)
+
+
+@pytest.mark.parametrize(
+    ("earlier", "ended_by", "end", "fails"),
+    [
+        ("m2", "lost", 20.0, False),  # Java, lost within a session of the broker's return
+        ("m2", "lost", 30.0, True),  # ... later than that
+        ("m2", "revoked", 20.0, True),  # still a member, asked to revoke: not expired
+        ("m1", "revoked", 20.0, True),  # a kgroup member holding on: never excused
+    ],
+)
+def test_only_a_java_member_expired_by_a_kafka_restart_is_excused(
+    group: Any, earlier: str, ended_by: str, end: float, fails: bool
+) -> None:
+    runner, kg, java = group
+    first, second = (java, kg) if earlier == "m2" else (kg, java)
+    runner._kafka_restarts.append((5.0, 18.0))  # down at 5 s, back at 18 s
+    runner.feed(first, line("assigned", 1.0, 0, generation=4))
+    runner.feed(second, line("assigned", 18.5, 0, generation=1))  # the group was forgotten
+    runner.feed(first, line(ended_by, end, 0, generation=4))
+    exit_cleanly(runner, java, 40.0)
+    exit_cleanly(runner, kg, 40.0)
+    found = failures(runner)
+    assert bool(found) == fails, found
+    if not fails:
+        assert runner.result.java_restart_overlaps == 1
+        assert "across a Kafka restart" in runner.result.notes[0]
+
+
+def test_a_java_members_close_ends_its_holds(group: Any) -> None:
+    """A static Java member closes without a callback: the ``closed`` line ends its holds."""
+    runner, kg, java = group
+    runner.feed(java, line("assigned", 1.0, 0, generation=1))
+    exit_cleanly(runner, java, 2.0)
+    runner.feed(kg, line("assigned", 2.5, 0, generation=2))
+    exit_cleanly(runner, kg, 6.0)
+    assert failures(runner) == []
+
+
+def test_java_errors_and_exit_codes_are_invariants_3_and_4(group: Any) -> None:
+    runner, kg, java = group
+    runner.feed(java, line("error", 1.0, message="java.lang.IllegalStateException: boom"))
+    exit_cleanly(runner, java, 2.0)
+    java.returncode = 1
+    exit_cleanly(runner, kg, 2.0)
+    found = failures(runner)
+    assert any(f.startswith("invariant 3: m2: poll() raised JavaException") for f in found)
+    assert any(f.startswith("invariant 4: m2") and "exit code 1" in f for f in found)
+
+
+def test_stability_counts_the_java_members_assignment(group: Any) -> None:
+    runner, kg, java = group
+    tp = [[TOPIC, 0]], [[TOPIC, 1]]
+    runner.feed(kg, line("assigned", 1.0, 0, generation=3))
+    runner.feed(kg, line("status", 1.0, state="STABLE", generation=3, assignment=tp[0]))
+    assert runner.why_not_stable() == "m2 (Java) has not joined"
+    runner.feed(java, line("status", 1.0, generation=2, member_id="j", assignment=[]))
+    assert "generations differ" in str(runner.why_not_stable())
+    runner.feed(java, line("status", 1.1, generation=3, member_id="j", assignment=[]))
+    assert "unassigned" in str(runner.why_not_stable())
+    runner.feed(java, line("status", 1.2, generation=3, member_id="j", assignment=tp[1]))
+    assert "held by []" in str(runner.why_not_stable())  # status without the callback
+    runner.feed(java, line("assigned", 1.3, 1, generation=3))
+    assert runner.why_not_stable() is None
+    runner.feed(java, line("status", 1.4, generation=3, member_id="j", assignment=tp[0] + tp[1]))
+    assert "assigned twice" in str(runner.why_not_stable())
+
+
+def _java_available() -> bool:
+    from kgroup.testing._java import java_member_command
+
+    try:
+        java_member_command([])
+    except Exception:
+        return False
+    return True
+
+
+async def test_java_stamps_are_on_the_monotonic_clock(tmp_path: Path) -> None:
+    """JavaMember's ``t`` (System.nanoTime) is CLOCK_MONOTONIC, Python's time.monotonic():
+    the ``started`` line is stamped after the JVM was spawned and before it arrived."""
+    if not _java_available():
+        pytest.skip("no Java or no Kafka jars")
+    before = time.monotonic()
+    # No broker: the consumer is created and subscribes (``started``) without one.
+    member = JavaMember("127.0.0.1:9", "g", "t", log_path=tmp_path / "java.log")
+    await member.start()
+    try:
+        stamp, received = float(member.events[0]["t"]), member.received[0]
+        assert before < stamp <= received < stamp + 5.0
+    finally:
+        await member.close(timeout=20.0)
+    assert member.returncode == 0
+    assert member.events[-1]["event"] == "closed" and member.events[-1]["t"] >= stamp
