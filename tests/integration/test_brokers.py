@@ -261,7 +261,7 @@ async def test_java_member_joins_and_leaves(
     finally:
         code = await member.close()
     assert code == 0
-    assert member.events[-1] == {"event": "closed"}
+    assert member.events[-1]["event"] == "closed"
     assert member.assignment == frozenset()
     revoked = [e for e in member.events if e["event"] == "revoked"]
     assert revoked and {(t, p) for t, p in revoked[-1]["partitions"]} == everything

@@ -166,7 +166,16 @@ async def stable_group(
         lambda: covered(runners, topic, partitions), timeout=DEADLINE, what=f"{n} stable"
     )
     assert all(r.assignment for r in runners)
+    for runner in runners:
+        # The mock's quirk (brokers.md): a follower whose SyncGroup arrives after the
+        # leader's (a loaded machine) gets INVALID_REQUEST, raised once from poll(); the
+        # member then rejoins. Only while the group forms; any other error stays.
+        runner.errors[:] = [e for e in runner.errors if MOCK_LATE_SYNC not in str(e)]
     return runners
+
+
+#: The error a late follower SyncGroup gets from the mock cluster (brokers.md).
+MOCK_LATE_SYNC = "SyncGroup failed with INVALID_REQUEST (42)"
 
 
 def by_member_id(runners: list[MemberRunner], before: dict[str, Snapshot], member_id: str) -> int:
@@ -234,7 +243,7 @@ async def test_coordinator_move_while_stable_keeps_the_generation(
         assert {r.name: snapshot(r) for r in runners} == before
         assert all(r.stable for r in runners)
         assert coordinator_broker(mock_cluster) == new
-        assert not any(r.errors for r in runners)
+        assert not any(r.errors for r in runners), [r.errors for r in runners]
 
 
 # --- 2. Heartbeat errors (C20, C21, §4.4) --------------------------------------------------
@@ -314,7 +323,7 @@ async def test_heartbeat_coordinator_error_rediscovers_without_rebalance(
         assert not logs.has("member.rejoin_requested", since=mark)
         assert {r.name: snapshot(r) for r in runners} == before
         assert all(r.stable for r in runners)
-        assert not any(r.errors for r in runners)
+        assert not any(r.errors for r in runners), [r.errors for r in runners]
 
 
 async def test_heartbeat_rebalance_in_progress_rejoins_with_the_same_member_id(
@@ -355,7 +364,7 @@ async def test_heartbeat_rebalance_in_progress_rejoins_with_the_same_member_id(
                 "on_partitions_assigned",
             ]
             assert r.events[before[r.name].events].partitions == before[r.name].assignment
-        assert not any(r.errors for r in runners)
+        assert not any(r.errors for r in runners), [r.errors for r in runners]
 
 
 @pytest.mark.parametrize("code", [ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID], ids=NAMES.get)
@@ -411,7 +420,7 @@ async def test_heartbeat_generation_error_reports_lost_and_rejoins(
         assert "on_partitions_lost" not in callbacks(other, before[other.name].events)
         assert other.member.member_id == before[other.name].member_id
         assert tracked(mock_cluster, JOIN_GROUP, since_us=mark_us)
-        assert not any(r.errors for r in runners)
+        assert not any(r.errors for r in runners), [r.errors for r in runners]
 
 
 # --- 3. JoinGroup errors (A7-A9, §4.2) -----------------------------------------------------
@@ -659,7 +668,7 @@ async def test_short_coordinator_outage_keeps_the_generation(
         assert not logs.has("member.join_sent", since=down_at)
         assert {r.name: snapshot(r) for r in runners} == before
         assert covered(runners, topic, 4)
-        assert not any(r.errors for r in runners)
+        assert not any(r.errors for r in runners), [r.errors for r in runners]
 
 
 async def test_coordinator_outage_longer_than_the_session_loses_and_rejoins(
@@ -718,7 +727,7 @@ async def test_coordinator_outage_longer_than_the_session_loses_and_rejoins(
             assert callbacks(r, old.events)[:2] == ["on_partitions_lost", "on_partitions_assigned"]
             assert r.events[old.events].partitions == old.assignment
         assert tracked(mock_cluster, JOIN_GROUP, since_us=up_us)
-        assert not any(r.errors for r in runners)
+        assert not any(r.errors for r in runners), [r.errors for r in runners]
 
 
 # --- 7. Heartbeats failing retriably with the coordinator known (C23, C25, E31) -------------
