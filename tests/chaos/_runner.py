@@ -419,6 +419,20 @@ class ChaosRunner:
                 start_new_session=True,
                 limit=4 * 1024 * 1024,
             )
+        where = "via proxy" if spec.via_proxy else "direct"
+        return self._track(spec, name, proc, log_path, where, java=False)
+
+    def _track(
+        self,
+        spec: MemberSpec,
+        name: str,
+        proc: asyncio.subprocess.Process,
+        log_path: Path,
+        where: str,
+        *,
+        java: bool,
+    ) -> MemberProc:
+        """Track a member process just spawned and start reading its lines."""
         register_child(proc.pid)
         mp = MemberProc(
             name=name,
@@ -427,10 +441,11 @@ class ChaosRunner:
             log_path=log_path,
             events_path=self.workdir / f"{name}.events.jsonl",
             spawned_at=time.monotonic(),
+            java=java,
         )
         self.procs.append(mp)
         self.result.processes += 1
-        where = "via proxy" if spec.via_proxy else "direct"
+        self.result.java_processes += int(java)
         self.note(f"spawned {name} pid {proc.pid} ({where}, instance id {spec.instance_id})")
         self._readers.append(
             asyncio.get_running_loop().create_task(self._read(mp), name=f"chaos-read-{name}")
@@ -494,24 +509,7 @@ class ChaosRunner:
                 start_new_session=True,
                 limit=4 * 1024 * 1024,
             )
-        register_child(proc.pid)
-        mp = MemberProc(
-            name=name,
-            spec=spec,
-            proc=proc,
-            log_path=log_path,
-            events_path=self.workdir / f"{name}.events.jsonl",
-            spawned_at=time.monotonic(),
-            java=True,
-        )
-        self.procs.append(mp)
-        self.result.processes += 1
-        self.result.java_processes += 1
-        self.note(f"spawned {name} pid {proc.pid} (Java, direct, instance id {spec.instance_id})")
-        self._readers.append(
-            asyncio.get_running_loop().create_task(self._read(mp), name=f"chaos-read-{name}")
-        )
-        return mp
+        return self._track(spec, name, proc, log_path, "Java, direct", java=True)
 
     def current(self, slot: str) -> MemberProc | None:
         """The newest process of ``slot``."""
