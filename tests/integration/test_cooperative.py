@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from kgroup import TopicPartition
+from kgroup import MemberState, TopicPartition
 from kgroup.testing import Broker, JavaMember, KafkaBroker, OwnershipLog
 from kgroup.testing._members import MemberGroup, MemberRunner, covered
 from tests.integration.conftest import HEARTBEAT_MS, SESSION_MS, group_config
@@ -54,6 +54,42 @@ async def test_scale_out_moves_only_what_must_move(
         assert not revoked(a) & kept
         assert not callbacks(a, "on_partitions_lost")
         assert not callbacks(b, "on_partitions_revoked")
+        assert not any(r.errors for r in (a, b))
+
+
+async def test_the_follow_up_rebalance_does_not_wait_for_a_heartbeat(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """Deviation 12 on Kafka: A owns all 6 partitions and B joins; in that generation A
+    revokes 3 and rejoins at once, and B gets nothing, with the leader's follow-up mark. B
+    heartbeats every tenth of its 15 s interval until the coordinator announces the
+    follow-up rebalance, so it gets its 3 partitions within seconds; without the mark it
+    would learn of it only at its next heartbeat, about 15 s after its sync."""
+    topic = make_topic(6)
+    cfg = group_config(
+        kafka_broker,
+        unique_group,
+        topic,
+        assignors=COOP,
+        heartbeat_interval_ms=15_000,
+        session_timeout_ms=45_000,
+    )
+    async with MemberGroup() as group:
+        a = await group.start(cfg)
+        await group.wait_until(lambda: covered([a], topic, 6), timeout=60, what="a alone")
+        b = await group.start(cfg)
+        await group.wait_until(
+            lambda: b.member.state is MemberState.STABLE and not b.assignment,
+            timeout=60,
+            what="b synced with nothing (the moving partitions withheld)",
+        )
+        waited = await group.wait_until(
+            lambda: covered([a, b], topic, 6) and len(b.assignment) == 3,
+            timeout=7.5,  # half the heartbeat interval
+            what="the follow-up rebalance",
+        )
+        assert waited < 7.5
+        assert callbacks(a, "on_partitions_revoked") == [frozenset(b.assignment)]
         assert not any(r.errors for r in (a, b))
 
 
