@@ -215,6 +215,14 @@ class MemberBase:
         self.rejoin_needed = True
         self.rejoin_reason = reason
 
+    def _may_heartbeat(self) -> bool:
+        """Whether the member's state lets the heartbeat driver run (§5.1): joined, not
+        rejoining, no fatal error."""
+        return self._fatal is None and self.state not in (
+            MemberState.UNJOINED,
+            MemberState.PREPARING_REBALANCE,
+        )
+
     def expect_follow_up(self, now: float) -> None:
         """The leader marked this generation: a member gives up something it claimed, and
         the rebalance that hands it over follows for certain (deviations.md row 12). Until

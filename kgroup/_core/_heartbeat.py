@@ -53,10 +53,7 @@ class HeartbeatDriver(LeaseRules):
         self.check_lease(now)
         if not self.heartbeat_enabled:
             return HeartbeatDisabled(self._lease_wake())
-        if (
-            self.state in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE)
-            or self._fatal is not None
-        ):
+        if not self._may_heartbeat():
             self.heartbeat_enabled = False
             return HeartbeatDisabled(self._lease_wake())
         backoff = self.settings.retry_backoff_ms

@@ -64,7 +64,7 @@ it gives up on.
 from __future__ import annotations
 
 from ._base import MemberBase
-from ._state import CHAIN_SYNCED, ChainPhase, Generation, MemberState
+from ._state import CHAIN_SYNCED, ChainPhase, Generation
 
 __all__ = ["SESSION_TIMED_OUT", "LeaseRules"]
 
@@ -154,8 +154,7 @@ class LeaseRules(MemberBase):
         timers = self.timers
         return (
             self.heartbeat_enabled
-            and self._fatal is None
-            and self.state not in (MemberState.UNJOINED, MemberState.PREPARING_REBALANCE)
+            and self._may_heartbeat()
             and timers.session_reset_by is not None
             and timers.session_reset_by == self.lease.session_proof
         )
