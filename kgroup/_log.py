@@ -299,16 +299,43 @@ def sink_failures() -> int:
 
 
 class _ContainedLogger:
-    """structlog's logger for kgroup, with registered names and a failing sink contained."""
+    """structlog's logger for kgroup, with registered names and a failing sink contained.
 
-    __slots__ = ("_log",)
+    structlog's lazy proxy assembles a new bound logger (and, with the default
+    ``PrintLoggerFactory``, a new ``PrintLogger``) for every call unless the application
+    configured ``cache_logger_on_first_use``: a few microseconds per event, even for events
+    its level filters out, on the path from a heartbeat answer to the JoinGroup. kgroup
+    keeps the assembled logger and assembles a new one whenever what it was made from
+    changes: structlog's configuration (``structlog.configure``, ``capture_logs``) or the
+    process's ``sys.stdout`` / ``sys.stderr`` (which printing loggers write to).
+    """
 
-    def __init__(self, log: Any) -> None:
-        self._log = log
+    __slots__ = ("_bound", "_made_from", "_proxy")
+
+    def __init__(self, proxy: Any) -> None:
+        self._proxy = proxy
+        self._bound: Any = None
+        self._made_from: tuple[Any, ...] = ()
+
+    def _logger(self) -> Any:
+        config = structlog.get_config()
+        made_from = (
+            config["processors"],
+            config["wrapper_class"],
+            config["logger_factory"],
+            config["context_class"],
+            sys.stdout,
+            sys.stderr,
+        )
+        bound = self._bound
+        if bound is None or made_from != self._made_from:  # items compare by identity first
+            bound = self._bound = self._proxy.bind()
+            self._made_from = made_from
+        return bound
 
     def _call(self, method: str, event: EventName, fields: dict[str, Any]) -> None:
         try:
-            getattr(self._log, method)(event, **fields)
+            getattr(self._logger(), method)(event, **fields)
         except Exception as exc:
             _guard.failed(event, exc)
 
