@@ -27,7 +27,7 @@ import itertools
 import logging
 import random
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 from aiokafka import errors as aiokafka_errors
@@ -234,6 +234,45 @@ class BrokerConnection:
         response = await self._await(pending)
         if not pending.decode:
             return response
+        return self._decoded(pending, response)
+
+    def watch(self, pending: Pending, callback: Callable[[Any], None]) -> None:
+        """Hand the answer to a request :meth:`start` wrote to ``callback``, without a task:
+        the decoded response, or the kgroup error :meth:`finish` would raise (the
+        connection is closed then, as there). A response is handed over in the reader's
+        own step, as soon as its frame is read; failures and the timeout
+        (``pending.timeout_ms``) from a callback of the loop. ``callback`` is called exactly
+        once and must not raise."""
+        answer = pending.answer
+        settled = False
+
+        def settle(timed_out: bool = False) -> None:
+            nonlocal settled
+            if settled:
+                return
+            settled = True
+            timer.cancel()
+            self._conn.on_answer.pop(answer, None)
+            outcome: Any
+            if timed_out:
+                outcome = self._timed_out(pending)
+            elif answer.cancelled():
+                self.close()
+                outcome = CoordinatorError(f"{pending.label} to {self.where} was cancelled")
+            elif (exc := answer.exception()) is not None:
+                outcome = self._failed(pending, exc)
+            else:
+                try:
+                    outcome = self._decoded(pending, answer.result())
+                except RemoteProtocolError as error:
+                    outcome = error
+            callback(outcome)
+
+        timer = answer.get_loop().call_later(pending.timeout_ms / 1000, settle, True)
+        self._conn.on_answer[answer] = settle
+        answer.add_done_callback(lambda _: settle())  # failures; a no-op once settled
+
+    def _decoded(self, pending: Pending, response: Any) -> Any:
         try:
             value = _protocol.from_wire(response)
         except RemoteProtocolError as exc:
@@ -278,28 +317,44 @@ class BrokerConnection:
     async def _await(self, pending: Pending) -> Any:
         """The response struct; every failure closes the connection and is raised as a
         kgroup error naming the request and the broker."""
-        label, timeout_ms = pending.label, pending.timeout_ms
         try:
-            async with asyncio.timeout(timeout_ms / 1000):
+            async with asyncio.timeout(pending.timeout_ms / 1000):
                 return await pending.answer
         except TimeoutError as exc:
-            announced = self._conn.announced
-            partial = (
-                ""
-                if announced is None
-                else f" (a {announced}-byte response was announced and never completed)"
-            )
-            self.close(f"the connection was closed when {label} timed out on it")
-            raise CoordinatorError(
-                f"{label} to {self.where} timed out after {timeout_ms:.0f} ms{partial}; "
-                "connection closed"
-            ) from exc
+            raise self._timed_out(pending) from exc
         except (CoordinatorError, RemoteProtocolError):
             self.close()  # the reader already closed it; mark it closed here too
             raise
         except (KafkaError, OSError, ValueError) as exc:
-            self.close()
-            raise CoordinatorError(f"{label} to {self.where} failed: {_describe(exc)}") from exc
+            raise self._failed(pending, exc) from exc
+
+    def _timed_out(self, pending: Pending) -> CoordinatorError:
+        """``pending`` timed out: close the connection; the error to report."""
+        label = pending.label
+        announced = self._conn.announced
+        partial = (
+            ""
+            if announced is None
+            else f" (a {announced}-byte response was announced and never completed)"
+        )
+        self.close(f"the connection was closed when {label} timed out on it")
+        return CoordinatorError(
+            f"{label} to {self.where} timed out after {pending.timeout_ms:.0f} ms{partial}; "
+            "connection closed"
+        )
+
+    def _failed(self, pending: Pending, exc: BaseException) -> KGroupError:
+        """``pending``'s answer failed with ``exc``: close the connection; the error to
+        report (kgroup's own errors as they are, aiokafka's and the socket's translated).
+        Anything else is a kgroup bug and is raised."""
+        self.close()  # the reader may have closed it already; mark it closed here too
+        if isinstance(exc, CoordinatorError | RemoteProtocolError):
+            return exc
+        if isinstance(exc, KafkaError | OSError | ValueError):
+            error = CoordinatorError(f"{pending.label} to {self.where} failed: {_describe(exc)}")
+            error.__cause__ = exc
+            return error
+        raise exc
 
     def _check_error_codes(self, label: str, value: Any) -> None:
         """Log (once, with the broker) an answer carrying an error code kgroup does not

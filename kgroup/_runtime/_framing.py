@@ -78,6 +78,9 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
         self.announced: int | None = None
         #: Set once the TCP connection is up and ApiVersions was sent (``connect``).
         self.version_lookup_sent = False
+        #: Called in the reader's own step right after a response future gets its result
+        #: (``BrokerConnection.watch``): no extra event-loop step before the answer is used.
+        self.on_answer: dict[asyncio.Future[Any], Callable[[], None]] = {}
 
     # -- the reader task -----------------------------------------------------------------------
 
@@ -150,6 +153,12 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
                 self._violation(f"cannot be decoded: {exc!r}")
                 return
             fut.set_result(response)
+            self._last_action = time.monotonic()
+            self._requests.popleft()
+            hook = self.on_answer.pop(fut, None)
+            if hook is not None:
+                hook()  # contains its own failures
+            return
         self._last_action = time.monotonic()
         self._requests.popleft()
 

@@ -4,9 +4,11 @@ The task asks the core what to do (:meth:`MemberCore.heartbeat_action`) and wait
 ``asyncio.Event`` until the action's deadline. That deadline already covers the next
 heartbeat, the session and poll timers, and the lease (the core ends every wait at the
 lease deadline while an assignment is held), so there is no second timer task: franz-go's
-heartbeat ``select`` is the model. A heartbeat in flight does not block the loop: it runs
-as an owned task that hands the answer to the core as soon as it arrives and then wakes the
-loop, so the lease is checked on time even while a request hangs.
+heartbeat ``select`` is the model. A heartbeat in flight does not block the loop: its answer
+is handed to the core as soon as it arrives, in the connection reader's own step
+(``CoordinatorLink.send_watched``; no task per heartbeat), and then the loop is woken, so
+the lease is checked on time even while a request hangs. A transport whose connections
+cannot watch a request gets an owned task per heartbeat instead (``_round_trip``).
 
 Woken (through the core's signals) when heartbeats are enabled, a coordinator is found, a
 heartbeat is due after ``poll()``, an assignment is installed, and at close.
@@ -15,6 +17,7 @@ heartbeat is due after ``poll()``, an assignment is installed, and at close.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable
 from typing import Any, assert_never
 
@@ -128,15 +131,35 @@ class HeartbeatDriver:
         shared = self._shared
         with shared.lock:
             shared.hb_stats.sending()
-        # On the wire before the loop yields (when the connection is ready).
+        # On the wire before the loop yields (when the connection is ready); the answer is
+        # handed over in the connection reader's own step, without a task of its own.
+        if self._link.send_watched(
+            action.request, action.timeout_ms, functools.partial(self._settled, action, sent)
+        ):
+            return
         answer = self._link.send_now(action.request, action.timeout_ms)
         shared.tasks.spawn(self._round_trip(action, sent, answer), "kgroup-heartbeat-request")
+
+    def _settled(
+        self, action: SendHeartbeat, sent: float, outcome: HeartbeatResponse | KGroupError
+    ) -> None:
+        """A watched heartbeat's answer (a callback of the loop, not a task): to the core,
+        then wake the loop. A failure here is a kgroup bug, kept as a failed task's is."""
+        shared = self._shared
+        if shared.lifecycle is not Lifecycle.OPEN:
+            return  # closing: the connection was dropped under it
+        try:
+            self._answered(action, sent, outcome)
+        except Exception as exc:
+            shared.tasks.failed("kgroup-heartbeat-answer", exc)
+        shared.hb_wake.set()
 
     async def _round_trip(
         self, action: SendHeartbeat, sent: float, answer: Callable[[], Awaitable[Any]] | None
     ) -> None:
         """The heartbeat's answer (or the failure the protocol knows) goes to the core at
-        once, in this task, then the loop recomputes its wait. The request was written
+        once, in this task, then the loop recomputes its wait: for connections that cannot
+        watch a request (see :meth:`CoordinatorLink.send_watched`). The request was written
         already (``answer``), or is sent here. Anything else raised here is a kgroup bug and
         fails the task."""
         outcome: HeartbeatResponse | KGroupError

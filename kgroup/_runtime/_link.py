@@ -83,13 +83,9 @@ class CoordinatorLink:
         conn = await self.connection()
         return await conn.request(request, timeout_ms)
 
-    def send_now(self, request: Any, timeout_ms: float) -> Callable[[], Awaitable[Any]] | None:
-        """Write ``request`` to the coordinator before returning, when its connection is
-        open and nobody is connecting (so it leaves in this loop step, not after whatever
-        else is ready: a busy application loop must not delay a heartbeat or a JoinGroup by
-        one more of its slices). Returns the wait for the answer, or None when the request
-        must go through :meth:`request` instead. A connection offers this with
-        ``start(request, timeout_ms)`` (write now) and ``finish(pending)`` (the answer)."""
+    def _ready(self) -> Connection | None:
+        """The coordinator connection, if a request may be written to it right now: it is
+        open and current, and nobody is connecting."""
         shared = self._shared
         core = shared.core
         conn = self._conn
@@ -102,14 +98,44 @@ class CoordinatorLink:
             or not conn.connected
         ):
             return None
+        return conn
+
+    def send_now(self, request: Any, timeout_ms: float) -> Callable[[], Awaitable[Any]] | None:
+        """Write ``request`` to the coordinator before returning, when its connection is
+        open and nobody is connecting (so it leaves in this loop step, not after whatever
+        else is ready: a busy application loop must not delay a heartbeat or a JoinGroup by
+        one more of its slices). Returns the wait for the answer, or None when the request
+        must go through :meth:`request` instead. A connection offers this with
+        ``start(request, timeout_ms)`` (write now) and ``finish(pending)`` (the answer)."""
+        conn = self._ready()
         start = getattr(conn, "start", None)
-        if start is None:
+        finish = getattr(conn, "finish", None)
+        if start is None or finish is None:
             return None
         try:
             pending = start(request, timeout_ms)
         except KGroupError:
             return None  # request() meets the same failure and reports it
-        return functools.partial(conn.finish, pending)  # type: ignore[attr-defined]
+        return functools.partial(finish, pending)
+
+    def send_watched(
+        self, request: Any, timeout_ms: float, on_answer: Callable[[Any], None]
+    ) -> bool:
+        """As :meth:`send_now`, but the answer (or the kgroup error replacing it) goes to
+        ``on_answer`` without a task, as soon as it is read (a connection offers this with
+        ``watch(pending, callback)``). False when the request was not sent: the caller
+        sends it another way."""
+        conn = self._ready()
+        start = getattr(conn, "start", None)
+        watch = getattr(conn, "watch", None)
+        if start is None or watch is None:
+            return False
+        try:
+            pending = start(request, timeout_ms)
+        except KGroupError:
+            return False  # request() meets the same failure and reports it
+        watch(pending, on_answer)
+        return True
 
     def ensure_lookup(self) -> asyncio.Task[None]:
         """The running FindCoordinator lookup, started if none runs (at most one)."""

@@ -79,15 +79,19 @@ class TaskOwner:
         if task.cancelled():
             return
         exc = task.exception()  # retrieved here, always
-        if exc is None:
-            return
-        error = InternalError(task.get_name(), exc)
+        if exc is not None:
+            self.failed(task.get_name(), exc)
+
+    def failed(self, name: str, exc: BaseException) -> None:
+        """Work of the member's that runs outside a task (a callback of the loop), named
+        ``name``, failed with ``exc``: kept and reported as a failed task is."""
+        error = InternalError(name, exc)
         error.__cause__ = exc
         self.failures.append(error)
         logger.error(
             "member.task_crashed",
             group=self._group_id,
-            task=task.get_name(),
+            task=name,
             error=repr(exc),
             exc_info=exc,
         )
