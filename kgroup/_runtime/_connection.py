@@ -45,6 +45,7 @@ from .._errors import (
     RemoteProtocolError,
 )
 from .._log import logger
+from .._protocol._direct import encode_direct
 from ._framing import StrictConnection, log_protocol_error, request_label
 
 __all__ = ["BrokerConnection", "Cluster", "SupportsRequest"]
@@ -224,7 +225,19 @@ class BrokerConnection:
         closed or the write fails, UnsupportedVersion or LocalProtocolError."""
         if self._closed:
             raise CoordinatorError(f"connection to {self.where} is closed")
-        struct = _protocol.to_wire(message).prepare(self.api_versions)
+        versions = self.api_versions
+        direct = encode_direct(message, versions)
+        if direct is not None:
+            request_class, body = direct
+            label = request_label(request_class)
+            try:
+                answer = self._conn.send_encoded(request_class, body)
+            except (KafkaError, OSError) as exc:
+                self.close()
+                raise CoordinatorError(f"{label} to {self.where} failed: {_describe(exc)}") from exc
+            answer.add_done_callback(_retrieved)
+            return Pending(answer, label, timeout_ms, True)
+        struct = _protocol.to_wire(message).prepare(versions)
         return self._write(struct, timeout_ms, decode=True)
 
     async def finish(self, pending: Pending) -> Any:

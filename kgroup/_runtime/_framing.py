@@ -21,6 +21,7 @@ which checks each one's size, correlation id and schema and fails its request ot
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 import weakref
 from collections.abc import Callable
@@ -28,10 +29,12 @@ from io import BytesIO
 from typing import Any, Final
 
 from aiokafka.conn import AIOKafkaConnection, CloseReason
+from aiokafka.errors import KafkaConnectionError
 from aiokafka.protocol.admin import ApiVersionRequest
 
 from .._errors import CoordinatorError, ErrorCode, KGroupError, RemoteProtocolError
 from .._log import logger
+from .._protocol._direct import request_header
 from .._protocol._primitives import parse_response_header
 from .._protocol._versions import API_NAMES
 
@@ -43,6 +46,8 @@ MAX_RESPONSE_BYTES: Final = 100 * 1024 * 1024
 
 # A response frame starts with the int32 correlation id.
 _MIN_FRAME_BYTES: Final = 4
+
+_SIZE: Final = struct.Struct(">i").pack
 
 _OTHER_API_NAMES: Final = {3: "Metadata", 18: "ApiVersions"}
 
@@ -185,6 +190,27 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
             log_protocol_error(self.where, label, text)
             raise RemoteProtocolError(text)
         self._versions = versions
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def send_encoded(self, request_class: type[Any], body: bytes) -> asyncio.Future[Any]:
+        """Frame and write a request whose body is already encoded (``kgroup._protocol.
+        _direct``), as aiokafka's ``send`` frames a struct: the same header, correlation
+        and pending entry. Returns the future of its answer. Raises aiokafka's
+        ``KafkaConnectionError`` when not connected, ``OSError`` when the write fails."""
+        writer = self._writer
+        if writer is None:
+            raise KafkaConnectionError(f"No connection to broker at {self._host}:{self._port}")
+        correlation_id = self._next_correlation_id()
+        message = request_header(request_class, correlation_id, self._client_id) + body
+        try:
+            writer.write(_SIZE(len(message)) + message)
+        except OSError:
+            self.close(reason=CloseReason.CONNECTION_BROKEN)
+            raise
+        fut: asyncio.Future[Any] = self._loop.create_future()
+        self._requests.append((correlation_id, request_class, fut))
+        return fut
 
     # -- failing the pending requests ----------------------------------------------------------
 
