@@ -87,7 +87,7 @@ async def test_a_bug_handling_a_heartbeat_answer_is_an_internal_error(
         def crash(*args: Any, **kwargs: Any) -> None:
             raise ZeroDivisionError("a bug in kgroup")
 
-        core.on_heartbeat_response = crash  # type: ignore[method-assign]
+        core.on_heartbeat_response = crash
         await group.wait_until(
             lambda: bool(runner.errors), timeout=20, what="poll() raising the bug"
         )
