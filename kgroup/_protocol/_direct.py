@@ -1,4 +1,5 @@
-"""Direct encoders for the two requests on the heartbeat and rebalance path.
+"""Direct encoders for the two requests on the heartbeat and rebalance path, and a direct
+decoder for the Heartbeat's answer.
 
 A Heartbeat leaves every heartbeat interval and a JoinGroup starts every rebalance, both
 while a member waits on them. The general path (``to_wire`` → ``WireRequest.prepare`` →
@@ -10,7 +11,9 @@ random values).
 Only the plain case is written here: text fields that are ``str`` (or None), integers in
 range, bytes that are ``bytes``. Anything else, and any version question (no version in
 common, static membership on a broker too old for it), returns None, and the caller takes
-the general path, which raises the error that case deserves.
+the general path, which raises the error that case deserves. Likewise a Heartbeat answer
+that is not exactly the plain layout (bytes left over, tagged fields) is decoded the
+general way, which names what is wrong with it.
 """
 
 from __future__ import annotations
@@ -19,12 +22,12 @@ import struct
 from collections.abc import Mapping
 from typing import Any, Final
 
-from kgroup._core._messages import HeartbeatRequest, JoinGroupRequest
+from kgroup._core._messages import HeartbeatRequest, HeartbeatResponse, JoinGroupRequest
 from kgroup._protocol._requests import MAX_REASON_LENGTH, STATIC_MEMBERSHIP_VERSIONS
 from kgroup._protocol._schemas import REQUEST_STRUCTS
 from kgroup._protocol._versions import FLEXIBLE_FROM, SUPPORTED_VERSIONS
 
-__all__ = ["encode_direct", "request_header"]
+__all__ = ["DirectRequest", "encode_direct", "request_header"]
 
 _HEARTBEAT: Final = 12
 _JOIN_GROUP: Final = 11
@@ -34,6 +37,53 @@ _NO_TAGS: Final = b"\x00"
 _i16 = struct.Struct(">h").pack
 _i32 = struct.Struct(">i").pack
 _header_fixed = struct.Struct(">hhi").pack
+_error_only = struct.Struct(">h").unpack_from
+_throttle_error = struct.Struct(">ih").unpack_from
+
+
+class DirectRequest:
+    """A request written by the direct path, as the connection's reader sees it: the
+    ``API_KEY``, ``API_VERSION``, ``FLEXIBLE_VERSION`` and ``RESPONSE_TYPE`` of its struct
+    class (what aiokafka's pending entry holds), and :meth:`decode_answer`."""
+
+    __slots__ = ("API_KEY", "API_VERSION", "FLEXIBLE_VERSION", "RESPONSE_TYPE", "_plain")
+
+    def __init__(self, struct_class: type[Any]) -> None:
+        self.API_KEY: int = struct_class.API_KEY
+        self.API_VERSION: int = struct_class.API_VERSION
+        self.FLEXIBLE_VERSION: bool = struct_class.FLEXIBLE_VERSION
+        self.RESPONSE_TYPE: type[Any] = struct_class.RESPONSE_TYPE
+        #: The size of a plain Heartbeat answer's body at this version (0: not a Heartbeat).
+        self._plain = (
+            0
+            if self.API_KEY != _HEARTBEAT
+            else 2
+            if self.API_VERSION == 0
+            else 7
+            if self.FLEXIBLE_VERSION
+            else 6
+        )
+
+    def decode_answer(self, frame: bytes, start: int) -> HeartbeatResponse | None:
+        """The answer's value when ``frame[start:]`` (its body) is a plain Heartbeat answer:
+        the version's fields and, on a flexible version, an empty tag buffer. None for
+        anything else: the general decoder takes it."""
+        size = self._plain
+        if size == 0 or len(frame) - start != size:
+            return None
+        if size == 2:
+            return HeartbeatResponse(error_code=_error_only(frame, start)[0])
+        if size == 7 and frame[-1] != 0:
+            return None
+        throttle, error = _throttle_error(frame, start)
+        return HeartbeatResponse(error_code=error, throttle_time_ms=throttle)
+
+
+_DIRECT: Final = {
+    (api_key, version): DirectRequest(REQUEST_STRUCTS[api_key][version])
+    for api_key in (_HEARTBEAT, _JOIN_GROUP)
+    for version in range(SUPPORTED_VERSIONS[api_key][0], SUPPORTED_VERSIONS[api_key][1] + 1)
+}
 
 
 class _Unusual(Exception):
@@ -123,32 +173,32 @@ def _version(api_key: int, versions: Mapping[int, tuple[int, int]], instance: An
 
 def encode_direct(
     message: object, versions: Mapping[int, tuple[int, int]]
-) -> tuple[type[Any], bytes] | None:
-    """``(request struct class, body)`` for a Heartbeat or JoinGroup in the plain case, at
-    the version the general path would choose; None for anything else."""
+) -> tuple[DirectRequest, bytes] | None:
+    """``(request, body)`` for a Heartbeat or JoinGroup in the plain case, at the version
+    the general path would choose; None for anything else."""
     try:
         if isinstance(message, HeartbeatRequest):
             version = _version(_HEARTBEAT, versions, message.group_instance_id)
             if version is None:
                 return None
-            return REQUEST_STRUCTS[_HEARTBEAT][version], _heartbeat(message, version)
+            return _DIRECT[_HEARTBEAT, version], _heartbeat(message, version)
         if isinstance(message, JoinGroupRequest):
             version = _version(_JOIN_GROUP, versions, message.group_instance_id)
             if version is None:
                 return None
-            return REQUEST_STRUCTS[_JOIN_GROUP][version], _join_group(message, version)
+            return _DIRECT[_JOIN_GROUP, version], _join_group(message, version)
     except (_Unusual, struct.error, TypeError, AttributeError, UnicodeError):
         return None
     return None
 
 
-def request_header(request_class: type[Any], correlation_id: int, client_id: str | None) -> bytes:
-    """The request header aiokafka writes for ``request_class`` (v1, or v2 with an empty
-    tag buffer for a flexible version)."""
+def request_header(request: Any, correlation_id: int, client_id: str | None) -> bytes:
+    """The request header aiokafka writes for ``request`` (a struct class or a
+    :class:`DirectRequest`): v1, or v2 with an empty tag buffer for a flexible version."""
     if client_id is None:
         client = b"\xff\xff"
     else:
         data = client_id.encode()
         client = _i16(len(data)) + data
-    head = _header_fixed(request_class.API_KEY, request_class.API_VERSION, correlation_id)
-    return head + client + (_NO_TAGS if request_class.FLEXIBLE_VERSION else b"")
+    head = _header_fixed(request.API_KEY, request.API_VERSION, correlation_id)
+    return head + client + (_NO_TAGS if request.FLEXIBLE_VERSION else b"")

@@ -35,7 +35,7 @@ from aiokafka.errors import KafkaError
 from aiokafka.protocol.metadata import MetadataRequest
 
 from .. import _protocol
-from .._core._messages import FindCoordinatorResponse, LeaveGroupResponse
+from .._core._messages import FindCoordinatorResponse, HeartbeatResponse, LeaveGroupResponse
 from .._core._racks import TopicLayout
 from .._errors import (
     AuthenticationFailed,
@@ -228,10 +228,10 @@ class BrokerConnection:
         versions = self.api_versions
         direct = encode_direct(message, versions)
         if direct is not None:
-            request_class, body = direct
-            label = request_label(request_class)
+            request, body = direct
+            label = request_label(request)
             try:
-                answer = self._conn.send_encoded(request_class, body)
+                answer = self._conn.send_encoded(request, body)
             except (KafkaError, OSError) as exc:
                 self.close()
                 raise CoordinatorError(f"{label} to {self.where} failed: {_describe(exc)}") from exc
@@ -286,13 +286,16 @@ class BrokerConnection:
         answer.add_done_callback(lambda _: settle())  # failures; a no-op once settled
 
     def _decoded(self, pending: Pending, response: Any) -> Any:
-        try:
-            value = _protocol.from_wire(response)
-        except RemoteProtocolError as exc:
-            text = f"{exc} (from {self.where}); connection closed"
-            log_protocol_error(self.where, pending.label, text)
-            self.close()
-            raise RemoteProtocolError(text) from exc
+        if isinstance(response, HeartbeatResponse):  # decoded directly by the reader
+            value: Any = response
+        else:
+            try:
+                value = _protocol.from_wire(response)
+            except RemoteProtocolError as exc:
+                text = f"{exc} (from {self.where}); connection closed"
+                log_protocol_error(self.where, pending.label, text)
+                self.close()
+                raise RemoteProtocolError(text) from exc
         self._check_error_codes(pending.label, value)
         return value
 

@@ -34,7 +34,7 @@ from aiokafka.protocol.admin import ApiVersionRequest
 
 from .._errors import CoordinatorError, ErrorCode, KGroupError, RemoteProtocolError
 from .._log import logger
-from .._protocol._direct import request_header
+from .._protocol._direct import DirectRequest, request_header
 from .._protocol._primitives import parse_response_header
 from .._protocol._versions import API_NAMES
 
@@ -148,8 +148,11 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
             )
             return
         if not fut.done():
+            decode_answer = getattr(request, "decode_answer", None)  # the direct path's
+            response = None if decode_answer is None else decode_answer(resp, buffer.tell())
             try:
-                response = request.RESPONSE_TYPE.decode(buffer)
+                if response is None:
+                    response = request.RESPONSE_TYPE.decode(buffer)
             except RemoteProtocolError as exc:
                 # kgroup's structs: the message names the API, version and field.
                 self._violation("", text=f"{exc} (from {self.where})")
@@ -193,7 +196,7 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
 
     # -- writing -------------------------------------------------------------------------------
 
-    def send_encoded(self, request_class: type[Any], body: bytes) -> asyncio.Future[Any]:
+    def send_encoded(self, request: DirectRequest, body: bytes) -> asyncio.Future[Any]:
         """Frame and write a request whose body is already encoded (``kgroup._protocol.
         _direct``), as aiokafka's ``send`` frames a struct: the same header, correlation
         and pending entry. Returns the future of its answer. Raises aiokafka's
@@ -202,14 +205,14 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
         if writer is None:
             raise KafkaConnectionError(f"No connection to broker at {self._host}:{self._port}")
         correlation_id = self._next_correlation_id()
-        message = request_header(request_class, correlation_id, self._client_id) + body
+        message = request_header(request, correlation_id, self._client_id) + body
         try:
             writer.write(_SIZE(len(message)) + message)
         except OSError:
             self.close(reason=CloseReason.CONNECTION_BROKEN)
             raise
         fut: asyncio.Future[Any] = self._loop.create_future()
-        self._requests.append((correlation_id, request_class, fut))
+        self._requests.append((correlation_id, request, fut))
         return fut
 
     # -- failing the pending requests ----------------------------------------------------------

@@ -9,6 +9,7 @@ the error the case deserves.
 
 from __future__ import annotations
 
+from io import BytesIO
 from typing import Any
 
 import pytest
@@ -17,8 +18,9 @@ from hypothesis import strategies as st
 
 from kgroup._core._messages import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
 from kgroup._errors import LocalProtocolError, UnsupportedVersion
-from kgroup._protocol._direct import encode_direct, request_header
+from kgroup._protocol._direct import DirectRequest, encode_direct, request_header
 from kgroup._protocol._requests import to_wire
+from kgroup._protocol._responses import from_wire
 from kgroup._protocol._versions import SUPPORTED_VERSIONS
 
 texts = st.text(max_size=40)
@@ -76,8 +78,13 @@ def check(message: Any, versions: dict[int, tuple[int, int]]) -> None:
         assert direct is None  # the general path raises the error that case deserves
         return
     assert direct is not None
-    assert direct[0] is expected[0]
+    assert same_request(direct[0], expected[0])
     assert direct[1] == expected[1]
+
+
+def same_request(direct: Any, struct_class: type[Any]) -> bool:
+    names = ("API_KEY", "API_VERSION", "FLEXIBLE_VERSION", "RESPONSE_TYPE")
+    return all(getattr(direct, n) == getattr(struct_class, n) for n in names)
 
 
 @pytest.mark.parametrize("api_key", [11, 12])
@@ -102,7 +109,9 @@ def test_every_version_is_encoded_directly(api_key: int) -> None:
         direct = encode_direct(message, versions)
         assert direct is not None, version
         assert direct[0].API_VERSION == version
-        assert direct == general(message, versions)
+        struct_class, body = general(message, versions)
+        assert same_request(direct[0], struct_class)
+        assert direct[1] == body
 
 
 def test_values_the_schema_rejects_are_left_to_the_general_path() -> None:
@@ -152,6 +161,71 @@ def test_the_header_is_aiokafkas(client_id: str | None, api_key: int, version: i
             protocols=(),
         )
     )
-    struct = to_wire(message).prepare({api_key: (version, version)})
+    versions = {api_key: (version, version)}
+    struct = to_wire(message).prepare(versions)
     header = struct.build_request_header(correlation_id=12345, client_id=client_id).encode()
     assert request_header(type(struct), 12345, client_id) == header
+    direct = encode_direct(message, versions)
+    assert direct is not None
+    assert request_header(direct[0], 12345, client_id) == header
+
+
+# --- the Heartbeat's answer ---------------------------------------------------------------
+
+
+def heartbeat_request(version: int) -> DirectRequest:
+    message = HeartbeatRequest(group_id="g", generation_id=1, member_id="m", group_instance_id=None)
+    direct = encode_direct(message, {12: (version, version)})
+    assert direct is not None
+    return direct[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    version=st.integers(0, 4),
+    error_code=st.integers(-(2**15), 2**15 - 1),
+    throttle=int32,
+    correlation=int32,
+)
+def test_a_plain_heartbeat_answer_decodes_as_the_general_path_does(
+    version: int, error_code: int, throttle: int, correlation: int
+) -> None:
+    request = heartbeat_request(version)
+    response_class = request.RESPONSE_TYPE
+    values = [error_code] if version == 0 else [throttle, error_code]
+    if version >= 4:
+        values.append({})
+    body = response_class(*values).encode()
+    header = correlation.to_bytes(4, "big", signed=True) + (b"\x00" if version >= 4 else b"")
+    frame = header + body
+    expected = from_wire(response_class.decode(BytesIO(body)))
+    assert request.decode_answer(frame, len(header)) == expected
+
+
+@pytest.mark.parametrize(
+    ("version", "body"),
+    [
+        (4, b"\x00\x00\x00\x00\x00\x1b"),  # the tag buffer missing
+        (4, b"\x00\x00\x00\x00\x00\x1b\x01\x00\x00"),  # a tagged field
+        (3, b"\x00\x00\x00\x00\x00\x1b\x00"),  # a byte left over
+        (0, b"\x00"),  # half an error code
+    ],
+)
+def test_anything_else_is_left_to_the_general_decoder(version: int, body: bytes) -> None:
+    request = heartbeat_request(version)
+    assert request.decode_answer(b"\x00\x00\x00\x07" + body, 4) is None
+
+
+def test_only_heartbeat_answers_are_decoded_directly() -> None:
+    message = JoinGroupRequest(
+        group_id="g",
+        session_timeout_ms=1,
+        rebalance_timeout_ms=2,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(),
+    )
+    direct = encode_direct(message, {11: (9, 9)})
+    assert direct is not None
+    assert direct[0].decode_answer(b"\x00" * 64, 4) is None
