@@ -192,7 +192,7 @@ def test_a_plain_heartbeat_answer_decodes_as_the_general_path_does(
 ) -> None:
     request = heartbeat_request(version)
     response_class = request.RESPONSE_TYPE
-    values = [error_code] if version == 0 else [throttle, error_code]
+    values: list[Any] = [error_code] if version == 0 else [throttle, error_code]
     if version >= 4:
         values.append({})
     body = response_class(*values).encode()
