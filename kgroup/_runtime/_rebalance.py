@@ -275,7 +275,7 @@ class RebalanceDriver:
                 continue
             try:
                 result = method(frozenset(call.partitions))
-                if inspect.isawaitable(result):
+                if result is not None and inspect.isawaitable(result):
                     await result
             except asyncio.CancelledError:
                 raise
