@@ -340,7 +340,7 @@ async def test_a_leader_that_ignores_the_mark_gets_an_ordinary_close(group: Grou
 
 async def test_a_failed_handoff_falls_back_within_the_budget(group: Group) -> None:
     """The handoff's JoinGroup never completes (another member stops answering): close()
-    gives up after half its budget, revokes and leaves."""
+    gives up after three quarters of its budget, revokes and leaves."""
     await group.start("a")
     await group.start("b")
     await group.wait(lambda: group.covered(["a", "b"]) and bool(group.members["b"].assignment))
