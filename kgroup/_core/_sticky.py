@@ -98,6 +98,8 @@ class _AbstractStickyAssignor(BaseAssignor):
         owners = _resolve_claims(claims)
         leaving = [self._leaving(m) for m in ordered]
         if any(leaving):
+            # DEVIATION (spec §7.6; deviations.md row 14): a member handing off before it
+            # leaves gets nothing, and what it owns moves (withheld below) this generation.
             target = _target_without(partitions_per_topic, ordered, owners, leaving)
         else:
             target = _sticky_target(partitions_per_topic, ordered, owners)

@@ -1,5 +1,6 @@
-"""The handoff on close (deviations.md row 14): a cooperative member rejoins once, marked as
-leaving, before it revokes and leaves.
+"""The handoff on close: a cooperative member rejoins once, marked as leaving, before it
+revokes and leaves. DEVIATION (spec §6.4 on close, §7.6; deviations.md row 14): the Java
+client revokes everything and leaves at once.
 
 A ``cooperative-sticky`` member that closes the ordinary way revokes everything and then
 sends LeaveGroup; the others learn of the rebalance only at their next heartbeat, so its

@@ -203,6 +203,13 @@ class Summary:
                 f"{self.events.get('inconsistent_after_reload', 0)}",
             ),
             (
+                "handoffs on close: handed off / kept / failed / timed out",
+                " / ".join(
+                    str(self.events.get(f"handoff_{o}", 0))
+                    for o in ("handed_off", "kept", "failed", "timed_out")
+                ),
+            ),
+            (
                 "cooperative: schedules by rebalances after membership settled",
                 " ".join(f"{n}:{c}" for n, c in sorted(self.cooperative.items())) or "-",
             ),
