@@ -11,6 +11,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pytest
+
 from kgroup import TopicPartition
 from kgroup.testing import JavaMember, KafkaBroker
 from kgroup.testing._members import MemberGroup, MemberRunner, covered
@@ -47,13 +49,15 @@ def unowned_gaps(group: MemberGroup, leaver: str, partitions: set[TopicPartition
     return gaps
 
 
+@pytest.mark.parametrize("isolated", [False, True], ids=["app-loop", "isolated"])
 async def test_close_hands_the_partitions_over_without_waiting_for_a_heartbeat(
-    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, isolated: bool
 ) -> None:
     """Three kgroup members on 6 partitions with a 5 s heartbeat interval; one closes with
-    the handoff. Its partitions are unowned only from its revoke until the follow-up
-    rebalance, which the survivors (told by the leader's mark) start within a tenth of the
-    interval: well under the 5 s an ordinary close costs them at worst."""
+    the handoff (its coordinator side on the application's loop, or isolated on its own).
+    Its partitions are unowned only from its revoke until the follow-up rebalance, which
+    the survivors (told by the leader's mark) start within a tenth of the interval: well
+    under the 5 s an ordinary close costs them at worst."""
     topic = make_topic(6)
     cfg = group_config(
         kafka_broker,
@@ -66,7 +70,8 @@ async def test_close_hands_the_partitions_over_without_waiting_for_a_heartbeat(
     )
     async with MemberGroup() as group:
         runners = [await group.start(cfg) for _ in range(2)]
-        runners.append(await group.start(dataclasses.replace(cfg, handoff_on_close=True)))
+        leaving = dataclasses.replace(cfg, handoff_on_close=True, isolate_heartbeat=isolated)
+        runners.append(await group.start(leaving))
         await group.wait_until(
             lambda: covered(runners, topic, 6) and all(len(r.assignment) == 2 for r in runners),
             timeout=90,

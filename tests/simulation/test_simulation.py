@@ -94,7 +94,7 @@ SYNC_RACE = (
 #: seed -> (reason, regular expression the failure message matches)
 KNOWN_FAILURES: dict[int, tuple[str, str]] = {
     seed: (SYNC_RACE, r"\[cooperative\] 3 rebalances")
-    for seed in (1616, 4353, 4731, 4818, 7500, 7503)
+    for seed in (1616, 4353, 4731, 7500, 7503)
 }  # fmt: skip
 
 
