@@ -349,7 +349,13 @@ async def test_a_failed_handoff_falls_back_within_the_budget(group: Group) -> No
     await group.stop_polling("b")
     loop = asyncio.get_running_loop()
     start = loop.time()
-    await group.members["b"].close(handoff=True)
+    b = group.members["b"]
+    closing = asyncio.create_task(b.close(handoff=True))
+    await asyncio.sleep(1.0)
+    # Mid-handoff, its JoinGroup held: b still holds its partitions, under its lease.
+    assert b.state is MemberState.PREPARING_REBALANCE and b.assignment == held
+    assert b.valid_until is not None and b.valid_until > loop.time()
+    await closing
     assert loop.time() - start < 4.0  # min(close_timeout_ms, request_timeout_ms) = 4 s
     b_calls = [(what, ps) for name, what, ps in group.log if name == "b"]
     assert b_calls[-1] == ("revoked", held)  # the lease still vouches: revoked, not lost
