@@ -884,13 +884,15 @@ def cooperative(a: Any) -> bool:
 
 def kgroup_config(a: Any, *, group: str | None = None, client_id: str | None = None) -> Any:
     """kgroup's ``GroupConfig``: ``a``'s assignor (range by default) and timings;
-    ``a.isolate_heartbeat`` when the namespace has it. Raises kgroup's ``ConfigError`` for
-    an assignor this kgroup does not have."""
+    ``a.isolate_heartbeat`` and ``a.handoff`` when the namespace has them. Raises kgroup's
+    ``ConfigError`` for an assignor this kgroup does not have."""
     from kgroup import GroupConfig
 
     extra: dict[str, Any] = {}
     if getattr(a, "isolate_heartbeat", False):
         extra["isolate_heartbeat"] = True
+    if getattr(a, "handoff", False):
+        extra["handoff_on_close"] = True  # only when asked: older trees lack the field
     return GroupConfig(
         bootstrap_servers=a.bootstrap,
         group_id=group or a.group,

@@ -16,10 +16,11 @@ timings) live in ``_bench.py``.
 **member** (``membership.py``, ``heartbeat.py``'s watcher, ``reaction.py``): one member.
 ``--kgroup-api consumer`` makes the kgroup one a ``GroupConsumer`` (``getmany`` loop).
 ``--assignor range|cooperative-sticky`` (range by default; aiokafka has only range and
-fails with an ``error`` line otherwise). ``ready`` (imports done, the client is about to be
-created), then from the rebalance callbacks: ``revoking`` first thing in a revoke or lost
-callback (``delta``: the partitions being taken away, ``partitions``: still all held,
-``callback``: ``revoked`` / ``lost``), then ``revoked`` / ``lost`` at its end, and
+fails with an ``error`` line otherwise); ``--handoff``: kgroup closes with the handoff.
+``ready`` (imports done, the client is about to be created), then from the rebalance
+callbacks: ``revoking`` first thing in a revoke or lost callback (``delta``: the
+partitions being taken away, ``partitions``: still all held, ``callback``: ``revoked`` /
+``lost``), then ``revoked`` / ``lost`` at its end, and
 ``assigned`` at the end of an assign callback (``partitions``: the whole assignment after
 the change, ``delta``: the callback's partitions; cooperative callbacks give only what is
 added / taken away). ``mismatch`` when a client's own view of its assignment disagrees with
@@ -826,6 +827,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         choices=b.ASSIGNORS,
         default="range",
         help="range (eager) or cooperative-sticky (KIP-429; not aiokafka)",
+    )
+    sub_member.add_argument(
+        "--handoff",
+        action="store_true",
+        help="kgroup: close with the handoff (GroupConfig.handoff_on_close)",
     )
 
     sub_relay = sub.add_parser("relay", help="the frame-aware relay (_bench.run_relay_child)")

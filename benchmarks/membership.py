@@ -23,7 +23,9 @@ assignment change with a ``time.time()`` stamp. Scenarios, per client and repeti
    task sleeping 10 ms), and whether every member stayed stable.
 5. **rolling**: what cooperative rebalancing (KIP-429) buys, per configuration: a client
    with range (``kgroup``, ``aiokafka``) or with cooperative-sticky (``kgroup-coop``,
-   ``confluent-coop``, ``kafka-python-coop``, ``java-coop``; ``--rolling-configs``).
+   ``confluent-coop``, ``kafka-python-coop``, ``java-coop``; ``--rolling-configs``);
+   ``kgroup-coop-handoff`` is ``kgroup-coop`` whose members close with the handoff
+   (``GroupConfig.handoff_on_close``: rejoin marked as leaving, then revoke and leave).
    ``--rolling-members`` (4) members on a fresh ``--rolling-partitions`` (12) topic, stable;
    scale-out (one more member joins); then each of the 5 is restarted in turn (SIGTERM: its
    client closes, revoke and LeaveGroup; once it has exited a new process with the same
@@ -568,6 +570,7 @@ def run_idle(
 # Scenario 5's configurations: a client with range, or with cooperative-sticky ("-coop").
 ROLLING_CONFIGS = (
     "kgroup-coop",
+    "kgroup-coop-handoff",
     "kgroup",
     "aiokafka",
     "confluent-coop",
@@ -576,12 +579,18 @@ ROLLING_CONFIGS = (
 )
 ROLLING_BASE = "kgroup"  # the ratio's denominator: kgroup with range
 COOP_SUFFIX = "-coop"
+# kgroup-coop whose members close with the handoff (GroupConfig.handoff_on_close).
+HANDOFF_SUFFIX = "-handoff"
 # The assignment kinds of a member's lines (``revoking`` marks a revoke callback's start).
 CHANGE_EVENTS = ("revoking", "revoked", "lost", "assigned")
 
 
 def rolling_config(label: str) -> tuple[str, str]:
-    """``kgroup-coop`` → (``kgroup``, ``cooperative-sticky``); ``aiokafka`` → (.., ``range``)."""
+    """``kgroup-coop`` → (``kgroup``, ``cooperative-sticky``); ``aiokafka`` → (.., ``range``).
+    ``kgroup-coop-handoff`` is ``kgroup-coop`` closing with the handoff (see
+    :func:`rolling_handoff`)."""
+    if label == "kgroup-coop" + HANDOFF_SUFFIX:
+        return "kgroup", "cooperative-sticky"
     if label.endswith(COOP_SUFFIX):
         client, assignor = label[: -len(COOP_SUFFIX)], "cooperative-sticky"
     else:
@@ -589,6 +598,11 @@ def rolling_config(label: str) -> tuple[str, str]:
     if client not in CLIENTS:
         raise ValueError(f"unknown client {client!r} in configuration {label!r}")
     return client, assignor
+
+
+def rolling_handoff(label: str) -> bool:
+    """Whether the configuration's members close with the handoff (``--handoff``)."""
+    return label.endswith(HANDOFF_SUFFIX)
 
 
 Interval = tuple[float, float, str]  # start, end, why it ended ("leave" / "rebalance")
@@ -782,6 +796,8 @@ class RollingBench(ChurnBench):
         client, assignor = rolling_config(label)
         self.rng = random.Random(f"{self.s.seed}-rolling-{rep}")
         extra = [*self._member_args(), "--assignor", assignor]
+        if rolling_handoff(label):
+            extra.append("--handoff")
         group, topic = self._fresh(label, f"roll{rep}")
         live: list[Member] = []
         everyone: list[Member] = []
@@ -1125,7 +1141,7 @@ def rolling_targets(results: dict[str, dict[str, Any]]) -> str:
     peers = {
         label: v
         for label in results
-        if label.endswith(COOP_SUFFIX) and label != "kgroup-coop"
+        if label.endswith(COOP_SUFFIX) and not label.startswith("kgroup-coop")
         if (v := ps(label)) is not None
     }
     parts = [f"kgroup-coop / kgroup range = {ratio(coop, ps(ROLLING_BASE))} (target <= 0.10)"]
@@ -1134,6 +1150,12 @@ def rolling_targets(results: dict[str, dict[str, Any]]) -> str:
         parts.append(
             f"kgroup-coop / best peer cooperative ({best}) = {ratio(coop, peers[best])} "
             "(target <= 1.00)"
+        )
+    handoff = ps("kgroup-coop" + HANDOFF_SUFFIX)
+    if handoff is not None:
+        parts.append(
+            f"kgroup-coop-handoff / kgroup range = {ratio(handoff, ps(ROLLING_BASE))}, "
+            f"/ kgroup-coop = {ratio(handoff, coop)}"
         )
     return "targets: " + "; ".join(parts)
 

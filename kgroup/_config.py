@@ -139,6 +139,9 @@ class GroupConfig:
       (30000), ``close_timeout_ms`` (30000).
     - ``leave_group_on_close``: ``None`` (Kafka's rule: dynamic members leave, static ones
       do not), or ``True`` / ``False`` to choose explicitly (KIP-1092).
+    - ``handoff_on_close``: ``close()`` of a ``cooperative-sticky`` member that leaves first
+      hands its partitions off in one more rebalance, so the others get them at once
+      instead of at their next heartbeat (docs: "Closing"). Default ``False``.
     - ``client_id`` [client.id]: sent in every request header.
     - ``rack_id`` [client.rack]: sent in the subscription (v3).
     - ``isolate_heartbeat``: run the coordinator side (heartbeat task, coordinator
@@ -170,6 +173,7 @@ class GroupConfig:
     request_timeout_ms: int = DEFAULT_REQUEST_TIMEOUT_MS
     close_timeout_ms: int = DEFAULT_CLOSE_TIMEOUT_MS
     leave_group_on_close: bool | None = None
+    handoff_on_close: bool = False
     client_id: str = "kgroup"
     rack_id: str | None = None
     isolate_heartbeat: bool = False
@@ -259,6 +263,8 @@ class GroupConfig:
             raise ConfigError("client_id", "must be a string")
         if self.leave_group_on_close not in (None, True, False):
             raise ConfigError("leave_group_on_close", "must be None, True or False")
+        if not isinstance(self.handoff_on_close, bool):
+            raise ConfigError("handoff_on_close", "must be True or False")
         if not isinstance(self.isolate_heartbeat, bool):
             raise ConfigError("isolate_heartbeat", "must be True or False")
         self._check_security()

@@ -49,6 +49,8 @@ EventName = Literal[
     "member.heartbeat_stale_error",
     "member.poll_timeout",
     "member.poll_timeout_left",
+    "member.handoff_started",
+    "member.handoff_done",
     "member.leaving",
     "member.left_group",
     "member.leave_group_failed",
@@ -148,6 +150,15 @@ EVENTS: Mapping[EventName, EventInfo] = {
     ),
     "member.poll_timeout_left": _e(
         "warning", "sent_leave_group", "The member left after a poll timeout."
+    ),
+    "member.handoff_started": _e(
+        "info", "", "close() hands the partitions off: one rejoin marked as leaving."
+    ),
+    "member.handoff_done": _e(
+        "info",
+        "outcome partitions",
+        "The handoff on close ended: handed_off (revoked once the others were told), or "
+        "kept, failed, timed_out (close() then releases as without a handoff).",
     ),
     "member.leaving": _e("info", "reason send_leave_group", "The member leaves its generation."),
     "member.left_group": _e("info", "error_code", "LeaveGroup was answered."),

@@ -86,6 +86,11 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
         "`None`: dynamic members send LeaveGroup on close, static ones do not. "
         "`True` / `False` choose explicitly.",
     ),
+    "handoff_on_close": (
+        "(kgroup)",
+        "`close()` of a `cooperative-sticky` member that leaves first hands its partitions "
+        "off in one more rebalance ([closing](../guide/member.md#closing)).",
+    ),
     "client_id": ("client.id", "Sent in every request header."),
     "rack_id": ("client.rack", "Sent in the subscription (version 3)."),
     "isolate_heartbeat": (

@@ -28,9 +28,12 @@ from ._state import (
 )
 from ._timers import ExponentialBackoff, HeartbeatTimers, Lease
 
-__all__ = ["HasMemberSettings", "MemberBase", "Observer", "truncate_reason"]
+__all__ = ["HANDOFF_REASON", "HasMemberSettings", "MemberBase", "Observer", "truncate_reason"]
 
 _MAX_REASON = 255
+
+#: The JoinGroup reason of a handoff on close (deviations.md row 14).
+HANDOFF_REASON = "handing off partitions before leaving"
 
 
 def truncate_reason(reason: str) -> str:
@@ -289,6 +292,34 @@ class MemberBase:
         Generation was reset or the member is not STABLE, so another member may own them
         already and a commit for them would be rejected (§6.2)."""
         return self.generation.is_reset or self.state is not MemberState.STABLE
+
+    # -- handing off before leaving (deviations.md row 14) -----------------------------------
+
+    def may_hand_off(self) -> bool:
+        """Whether close() may hand the partitions off before it leaves: the member will
+        send LeaveGroup (a member that does not leave has nothing to hand over: static by
+        default), knows its coordinator, is STABLE in a valid generation with no rebalance
+        step in flight, and has no fatal error or lapsed lease pending."""
+        return (
+            self.settings.leaves_on_close
+            and self.coordinator is not None
+            and self.state is MemberState.STABLE
+            and self.phase is ChainPhase.IDLE
+            and not self.generation.is_reset
+            and self._fatal is None
+            and self._lease_expired_at is None
+        )
+
+    def begin_handoff(self, now: float) -> None:
+        """Start the handoff: one rejoin whose subscription carries the leaving mark (the
+        embedding adds it); the poll timer restarts, close() being the application's call."""
+        self.timers.polled(now)
+        self.request_rejoin(HANDOFF_REASON)
+        self._emit("member.handoff_started")
+
+    def handoff_ended(self, outcome: str, partitions: list[str]) -> None:
+        """Observation only: how the handoff ended (``member.handoff_done``)."""
+        self._emit("member.handoff_done", outcome=outcome, partitions=partitions)
 
     # -- leaving ---------------------------------------------------------------------------------
 

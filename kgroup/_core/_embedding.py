@@ -26,6 +26,7 @@ from ._consumer_protocol import PROTOCOL_TYPE, Assignment, Subscription, TopicPa
 from ._messages import JoinGroupMember
 from ._racks import TopicLayout
 from ._state import Generation
+from ._sticky import CooperativeStickyAssignor
 
 __all__ = ["Completion", "ConsumerEmbedding", "ListenerCall"]
 
@@ -147,6 +148,35 @@ class ConsumerEmbedding:
         if not changes:
             return None
         return "metadata changed since the assignment (" + "; ".join(changes) + ")"
+
+    # -- handoff on close ----------------------------------------------------------------------
+
+    def handoff_assignor(self, generation: Generation) -> CooperativeStickyAssignor | None:
+        """The assignor a handoff on close marks (deviations.md row 14): kgroup's built-in
+        ``cooperative-sticky`` when the member's generation uses it under COOPERATIVE and
+        the member owns something; None otherwise (close() then releases as it always
+        does)."""
+        if self.rebalance_protocol is not RebalanceProtocol.COOPERATIVE or not self.owned:
+            return None
+        for assignor in self.assignors:
+            if assignor.name == generation.protocol_name:
+                return assignor if isinstance(assignor, CooperativeStickyAssignor) else None
+        return None
+
+    def begin_handoff(self, generation: Generation) -> bool:
+        """Mark the next JoinGroup's ``cooperative-sticky`` user data as leaving. False (and
+        nothing marked) when :meth:`handoff_assignor` finds none."""
+        assignor = self.handoff_assignor(generation)
+        if assignor is None:
+            return False
+        assignor.leaving = True
+        return True
+
+    def end_handoff(self) -> None:
+        """Stop marking the user data as leaving."""
+        for assignor in self.assignors:
+            if isinstance(assignor, CooperativeStickyAssignor):
+                assignor.leaving = False
 
     # -- JoinGroup metadata ----------------------------------------------------------------------
 

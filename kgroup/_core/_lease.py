@@ -64,7 +64,7 @@ it gives up on.
 from __future__ import annotations
 
 from ._base import MemberBase
-from ._state import CHAIN_SYNCED, ChainPhase, Generation
+from ._state import CHAIN_SYNCED, ChainPhase, Generation, MemberState
 
 __all__ = ["SESSION_TIMED_OUT", "LeaseRules"]
 
@@ -111,6 +111,19 @@ class LeaseRules(MemberBase):
         if self._lease_expired_at is not None or not self.holds_assignment():
             return None
         return self._lease_deadline()
+
+    def handoff_releases_lost(self, now: float) -> bool:
+        """close() after a handoff that did not complete: whether what the member still
+        holds is released as *lost*. The member is mid-rebalance by its own rejoin, which
+        alone does not let anyone else own its partitions: they are revoked (the
+        application may commit) while the generation stands and the lease vouches for them,
+        and lost once either is gone."""
+        if self.generation.is_reset:
+            return True
+        if self.state is MemberState.STABLE:
+            return False
+        deadline = self.valid_until
+        return deadline is None or deadline <= now
 
     def check_lease(self, now: float) -> bool:
         """Check the lease at ``now``; True while it has lapsed and the partitions are not

@@ -21,6 +21,9 @@ Contract (§7.3):
    generation, its owner revokes it and rejoins, and the follow-up rebalance hands it out
    (§7.6). Under EAGER (``[cooperative-sticky, range]``) members claim nothing, so nothing is
    withheld.
+6. ``cooperative-sticky``: a member whose user data carries the leaving mark (a kgroup member
+   handing off before it leaves; deviations.md row 14) gets nothing, the others are balanced
+   as if it were absent, and what it owns is withheld like any other move.
 
 Algorithm. The assignment is decided as counts per (member, topic) of three kinds: claims
 kept, free partitions (nobody claims them) and moved ones (another member claims them; under
@@ -57,6 +60,7 @@ from kgroup._core._racks import RackPools, member_rack
 from kgroup._core._sticky_plan import Plan, initial_counts
 from kgroup._core._sticky_user_data import (
     NO_GENERATION,
+    cooperative_sticky_leaving,
     decode_cooperative_sticky_user_data,
     decode_sticky_user_data,
     encode_cooperative_sticky_user_data,
@@ -82,13 +86,23 @@ class _AbstractStickyAssignor(BaseAssignor):
     def _withhold_moves(self) -> bool:
         return False
 
+    def _leaving(self, member: MemberSubscription) -> bool:
+        """Whether the member asks to be given nothing because it is leaving."""
+        return False
+
     def assign(
         self, partitions_per_topic: Mapping[str, int], members: Sequence[MemberSubscription]
     ) -> dict[str, Assignment]:
         ordered = sort_members(members)
         claims = [self._claim(m) for m in ordered]
         owners = _resolve_claims(claims)
-        target = _sticky_target(partitions_per_topic, ordered, owners)
+        leaving = [self._leaving(m) for m in ordered]
+        if any(leaving):
+            # DEVIATION (spec §7.6; deviations.md row 14): a member handing off before it
+            # leaves gets nothing, and what it owns moves (withheld below) this generation.
+            target = _target_without(partitions_per_topic, ordered, owners, leaving)
+        else:
+            target = _sticky_target(partitions_per_topic, ordered, owners)
         if self._withhold_moves():
             # §7.6: a partition goes only to its previous owner, or to nobody while another
             # member (any claimant but the unique highest-generation one) still holds it.
@@ -144,16 +158,24 @@ class CooperativeStickyAssignor(_AbstractStickyAssignor):
 
     def __init__(self) -> None:
         self._generation = NO_GENERATION
+        #: Set by a member that hands its partitions off before it leaves (deviations.md
+        #: row 14): its user data then carries the leaving mark, and a kgroup leader
+        #: gives it nothing and withholds what it owns until it has revoked and left.
+        self.leaving = False
 
     def user_data(self, topics: Collection[str]) -> bytes | None:
-        """The generation of the latest assignment, -1 before the first one (§7.2)."""
-        return encode_cooperative_sticky_user_data(self._generation)
+        """The generation of the latest assignment, -1 before the first one (§7.2); then
+        the leaving mark while the member hands off before it leaves (:attr:`leaving`)."""
+        return encode_cooperative_sticky_user_data(self._generation, leaving=self.leaving)
 
     def on_assignment(self, assignment: Assignment, generation_id: int) -> None:
         self._generation = generation_id
 
     def _withhold_moves(self) -> bool:
         return True
+
+    def _leaving(self, member: MemberSubscription) -> bool:
+        return cooperative_sticky_leaving(member.subscription.user_data)
 
     def _claim(self, member: MemberSubscription) -> _Claim:
         subscription = member.subscription
@@ -203,6 +225,26 @@ def _valid_claims(
 
 
 # --- the target --------------------------------------------------------------------------------
+
+
+def _target_without(
+    partitions_per_topic: Mapping[str, int],
+    ordered: Sequence[MemberSubscription],
+    owners: Mapping[TopicPartition, int],
+    leaving: Sequence[bool],
+) -> list[list[TopicPartition]]:
+    """The target when some members are leaving (deviations.md row 14): balanced among the
+    others as if the leavers were absent, a leaver gets nothing, and a partition a leaver
+    won stays claimed by nobody the target may keep it for (so it counts as moving, and the
+    caller withholds it this generation)."""
+    staying = [i for i, gone in enumerate(leaving) if not gone]
+    index = {old: new for new, old in enumerate(staying)}
+    remapped = {tp: index.get(i, _TIE) for tp, i in owners.items()}
+    sub = _sticky_target(partitions_per_topic, [ordered[i] for i in staying], remapped)
+    target: list[list[TopicPartition]] = [[] for _ in ordered]
+    for new, old in enumerate(staying):
+        target[old] = sub[new]
+    return target
 
 
 def _sticky_target(

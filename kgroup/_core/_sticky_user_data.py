@@ -17,6 +17,12 @@ partitions travel in the Subscription itself. A reader prefers the Subscription'
 ``generation_id`` and uses -1 for missing or unparseable user data (kafka-python sends empty
 user data).
 
+A kgroup member that hands its partitions off before it leaves (``close(handoff=True)``,
+deviations.md row 14) appends :data:`LEAVING_MARK` after the generation. Every reader takes
+only the first four bytes: Java reads the user data only for a Subscription older than v2,
+with a one-field schema that ignores trailing bytes; librdkafka and kafka-python never read
+it. A kgroup leader reads the mark with :func:`cooperative_sticky_leaving`.
+
 The writers sort topics and partitions, so equal inputs give equal bytes. The readers never
 raise: a peer's malformed user data only costs it its claim on its previous partitions.
 """
@@ -30,7 +36,9 @@ from kgroup._core._consumer_protocol import TopicPartition
 from kgroup._errors import LocalProtocolError
 
 __all__ = [
+    "LEAVING_MARK",
     "NO_GENERATION",
+    "cooperative_sticky_leaving",
     "decode_cooperative_sticky_user_data",
     "decode_sticky_user_data",
     "encode_cooperative_sticky_user_data",
@@ -39,6 +47,10 @@ __all__ = [
 
 NO_GENERATION = -1
 """The generation of a member that has had no assignment yet, or whose data says nothing."""
+
+LEAVING_MARK = b"kgroup/leaving/1"
+"""After the generation in ``cooperative-sticky`` user data: the member is leaving and asks a
+kgroup leader to hand its partitions to the others (deviations.md row 14)."""
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -128,14 +140,26 @@ def decode_sticky_user_data(data: bytes | None) -> tuple[tuple[TopicPartition, .
     return partitions, int(generation)
 
 
-def encode_cooperative_sticky_user_data(generation: int) -> bytes:
-    """``cooperative-sticky`` user data: the bare ``int32`` generation."""
-    return _int32(generation, "cooperative-sticky user data generation")
+def encode_cooperative_sticky_user_data(generation: int, *, leaving: bool = False) -> bytes:
+    """``cooperative-sticky`` user data: the bare ``int32`` generation, then
+    :data:`LEAVING_MARK` when ``leaving``."""
+    data = _int32(generation, "cooperative-sticky user data generation")
+    return data + LEAVING_MARK if leaving else data
 
 
 def decode_cooperative_sticky_user_data(data: bytes | None) -> int:
-    """The generation in ``cooperative-sticky`` user data; -1 if missing or too short."""
+    """The generation in ``cooperative-sticky`` user data; -1 if missing or too short.
+    Bytes after it (such as :data:`LEAVING_MARK`) are ignored."""
     if not isinstance(data, bytes | bytearray | memoryview) or len(data) < _INT32.size:
         return NO_GENERATION
     (generation,) = _INT32.unpack_from(data, 0)
     return int(generation)
+
+
+def cooperative_sticky_leaving(data: bytes | None) -> bool:
+    """Whether ``cooperative-sticky`` user data carries :data:`LEAVING_MARK`: exactly the
+    generation followed by the mark, nothing else."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        return False
+    raw = bytes(data)
+    return len(raw) == _INT32.size + len(LEAVING_MARK) and raw[_INT32.size :] == LEAVING_MARK

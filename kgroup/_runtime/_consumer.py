@@ -263,21 +263,23 @@ class GroupConsumer(_ConsumerFetch):
             raise
         logger.info("consumer.started", group=cfg.group_id, topics=list(cfg.topics))
 
-    async def close(self) -> None:
+    async def close(self, handoff: bool | None = None) -> None:
         """Commit the processed positions (auto-commit), revoke everything (the listener's
-        ``on_partitions_revoked``), leave the group, stop the fetcher (spec G47). Idempotent."""
+        ``on_partitions_revoked``), leave the group, stop the fetcher (spec G47). Idempotent.
+        ``handoff`` (default: ``GroupConfig.handoff_on_close``): see
+        :meth:`GroupMember.close`."""
         if self._closed or self._closing:
             return
         if not self._started or self._kafka is None:
             self._closed = True
-            await self._member.close()
+            await self._member.close(handoff=False)
             return
         self._closing = True
         try:
             if self._auto_commit and self._member.state is MemberState.STABLE:
                 budget = min(self._config.close_timeout_ms, self._config.request_timeout_ms)
                 await self._auto_commit_now(self._deliverable(), timeout=budget / 1000.0)
-            await self._member.close()
+            await self._member.close(handoff=handoff)
         finally:
             self._closed = True
             await self._kafka.stop()

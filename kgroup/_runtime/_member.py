@@ -37,6 +37,7 @@ from .._errors import ListenerError, UsageError
 from .._listener import ItemListener, RebalanceListener
 from .._log import logger, sink_failures
 from .._stats import MemberStats, Percentiles
+from ._handoff import hand_off
 from ._heartbeat import HeartbeatDriver, send_leave
 from ._link import CoordinatorLink
 from ._loop_thread import LoopThread
@@ -521,10 +522,21 @@ class GroupMember:
         await self._shared.tasks.aclose()
         await self._link.aclose()
 
-    async def close(self) -> None:
+    async def close(self, handoff: bool | None = None) -> None:
         """Release the partitions (revoked, or lost if the generation is gone), leave the
         group (dynamic members), stop every task and close every connection. Idempotent;
-        bounded by ``min(close_timeout_ms, request_timeout_ms)``."""
+        bounded by ``min(close_timeout_ms, request_timeout_ms)``.
+
+        ``handoff`` (default: ``GroupConfig.handoff_on_close``): a member of a
+        ``cooperative-sticky`` group that leaves on close first rejoins once, marked as
+        leaving, keeping its partitions meanwhile; a kgroup leader gives them to nobody
+        that generation and tells the others a follow-up rebalance is coming, and the member
+        then revokes and leaves, so its partitions are unowned for a tenth of a heartbeat
+        interval or so instead of up to a whole one. The rejoin takes up to three quarters
+        of the budget (the others join it at their next heartbeat, so close() itself takes
+        up to a heartbeat interval longer); on any failure, or under a leader that ignores
+        the mark, close() releases and leaves as without it. Do not poll() the member from
+        another task while it closes."""
         shared = self._shared
         if shared.lifecycle in (Lifecycle.CLOSED, Lifecycle.CLOSING):
             return
@@ -537,12 +549,23 @@ class GroupMember:
         errors: list[ListenerError] = []
         loop = asyncio.get_running_loop()
         deadline = loop.time() + budget
+        if handoff is None:
+            handoff = self._config.handoff_on_close
         try:
             async with asyncio.timeout(budget):
+                outcome = None
+                if handoff:
+                    # Three quarters of the budget (ms): the others join the handoff's
+                    # rebalance at their next heartbeat; the rest is for the fallback.
+                    until = shared.now() + budget * 750.0
+                    outcome = await hand_off(shared, self._rebalance, until, errors)
                 await seam.run_on_coordinator(self._rebalance.cancel_chain())
                 with shared.step() as core:
                     core.abandon_chain()
-                    lost = core.close_releases_lost()
+                    if outcome is None:
+                        lost = core.close_releases_lost()
+                    else:
+                        lost = core.handoff_releases_lost(shared.now())
                 await self._rebalance.run_calls(shared.embedding.release(lost=lost), errors)
                 with shared.step() as core:
                     leave = core.maybe_leave("the consumer is being closed")

@@ -10,7 +10,8 @@ not a copy of it.
 A process can be paused (its loop does not run and the network's deliveries to it wait, in
 order, until it resumes), crashed (no callback, no LeaveGroup: the member is aborted with
 the world looking away), restarted (a new process; same instance id when static) or closed
-with ``GroupMember.close()``.
+with ``GroupMember.close()`` (half the incarnations with the handoff:
+:func:`handoff_on_close`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import collections
 import heapq
 import math
+import zlib
 from asyncio import events
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -323,6 +325,14 @@ class _Listener:
             await asyncio.sleep(duration / 1000.0)
 
 
+def handoff_on_close(seed: int, holder: str) -> bool:
+    """Whether this incarnation closes with the handoff (it matters to cooperative-sticky
+    members that leave): half of them, chosen from the seed and the holder's name without
+    drawing from the world's random stream, so the other choices of a seed stay as they
+    were."""
+    return zlib.crc32(f"{seed}/{holder}/handoff".encode()) % 2 == 0
+
+
 class Process:
     """One incarnation of a member slot: a ``GroupMember`` and the application polling it."""
 
@@ -353,6 +363,7 @@ class Process:
             max_poll_interval_ms=params.max_poll_ms,
             request_timeout_ms=params.request_timeout_ms,
             client_id=slot,
+            handoff_on_close=handoff_on_close(params.seed, self.holder),
         )
         #: Seen by the world: False once crashed or closed.
         self.alive = True
@@ -520,6 +531,8 @@ class Process:
         if world.tracing:
             detail = " ".join(f"{k}={v}" for k, v in fields.items() if k != "group")
             world.log(self.holder, f"{event} {detail}")
+        if event == "member.handoff_done":
+            world.count_event(f"handoff_{fields['outcome']}")
         if event == "member.lease_expired":
             world.count_event("lease_expired")
             world.ownership.lease_expired(self.holder, fields["deadline"])

@@ -94,7 +94,7 @@ SYNC_RACE = (
 #: seed -> (reason, regular expression the failure message matches)
 KNOWN_FAILURES: dict[int, tuple[str, str]] = {
     seed: (SYNC_RACE, r"\[cooperative\] 3 rebalances")
-    for seed in (1616, 4353, 4731, 4818, 7500, 7503)
+    for seed in (1616, 4353, 4731, 7500, 7503)
 }  # fmt: skip
 
 
@@ -201,6 +201,13 @@ class Summary:
             (
                 "INCONSISTENT_GROUP_PROTOCOL, after a reload (app restarts: bridge)",
                 f"{self.events.get('inconsistent_after_reload', 0)}",
+            ),
+            (
+                "handoffs on close: handed off / kept / failed / timed out",
+                " / ".join(
+                    str(self.events.get(f"handoff_{o}", 0))
+                    for o in ("handed_off", "kept", "failed", "timed_out")
+                ),
             ),
             (
                 "cooperative: schedules by rebalances after membership settled",
