@@ -20,10 +20,7 @@ deadline) ends the handoff early and leaves the rest to that ordinary path.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
-from typing import Literal
+from typing import Literal, assert_never
 
 from .._core._embedding import ConsumerEmbedding
 from .._core._member import (
@@ -86,33 +83,21 @@ async def _run(
         with shared.step() as core:
             action = core.next_join_action(shared.now())
         match action:
-            case CompleteJoin(generation=generation, assignment=data):
-                await driver._complete(generation, data, errors)
+            case CompleteJoin():
+                await driver.advance(action, until, errors)
                 return "kept" if embedding.owned else "handed_off"
             case PrepareJoin(lost=lost):
                 # The pre-join hook: revoke what left the subscription, or (generation or
                 # lease gone) report everything lost; then there is nothing to hand off.
-                await driver.run_calls(embedding.prepare(lost=lost), errors)
+                await driver.advance(action, until, errors)
                 if lost:
                     return "failed"
-            case SendJoinGroup():
-                await driver._wait_coordinator_task(
-                    functools.partial(driver._start_chain, action), until, starts_chain=True
-                )
-            case AwaitJoin():
-                chain, start = driver.chain, driver._chain_start
-                if (start is None or start.done()) and (chain is None or chain.done()):
-                    with shared.step() as core:
-                        core.abandon_chain()
-                else:
-                    await driver._wait_coordinator_task(lambda: driver.chain, until)
-            case AwaitLeaseProof(until=proof_by):
-                wait = min(proof_by, until) - shared.now()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(max(0.0, wait / 1000.0)):
-                        await shared.poll_wake.wait()
+            case AwaitLeaseProof() | SendJoinGroup() | AwaitJoin():
+                await driver.advance(action, until, errors)
             case Idle() | RaiseFatal() | FindCoordinator() | Sleep():
                 # Not rejoining (any more), a fatal error, the coordinator lost, or a failed
                 # join backing off: the handoff is over; close() releases and leaves.
                 return "failed"
+            case _:
+                assert_never(action)
     return "timed_out"

@@ -17,7 +17,7 @@ import contextlib
 import functools
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any, assert_never
+from typing import Any, TypeAlias, assert_never
 
 from .._core._embedding import ListenerCall
 from .._core._member import (
@@ -45,7 +45,10 @@ from .._log import EventName, logger
 from ._link import CoordinatorLink
 from ._shared import Shared
 
-__all__ = ["RebalanceDriver"]
+__all__ = ["RebalanceDriver", "RebalanceStep"]
+
+#: The join actions that move a rebalance along (:meth:`RebalanceDriver.advance`).
+RebalanceStep: TypeAlias = AwaitLeaseProof | PrepareJoin | SendJoinGroup | AwaitJoin | CompleteJoin
 
 _CALLBACK_EVENTS: dict[str, EventName] = {
     "on_partitions_revoked": "member.partitions_revoked",
@@ -139,37 +142,13 @@ class RebalanceDriver:
                     raise error
                 case FindCoordinator():
                     await self._wait_coordinator_task(self._link.ensure_lookup, deadline)
-                case AwaitLeaseProof(until=until):
-                    # The assignment may be installed only once a heartbeat proves the
-                    # session fresh (the core asked the heartbeat task for one): wait for
-                    # its answer (the core wakes poll on member.lease_renewed).
-                    wait_until = until if deadline is None else min(until, deadline)
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(max(0.0, (wait_until - shared.now()) / 1000)):
-                            await shared.poll_wake.wait()
                 case Sleep(until=until):
                     await self._sleep_until(until, deadline)
-                case PrepareJoin(lost=lost):
-                    await self.run_calls(shared.embedding.prepare(lost=lost), errors)
-                case SendJoinGroup():
-                    await self._wait_coordinator_task(
-                        functools.partial(self._start_chain, action), deadline, starts_chain=True
-                    )
-                case AwaitJoin():
-                    chain = self.chain
-                    # Isolated mode: a poll() cancelled right after SendJoinGroup may have
-                    # left the chain's start queued on the coordinator loop; then the chain
-                    # is about to exist and the wait below (queued after it) finds it.
-                    start = self._chain_start
-                    starting = start is not None and not start.done()
-                    if not starting and (chain is None or chain.done()):
-                        with shared.step() as core:
-                            core.abandon_chain()  # defensive: a chain always reports back
-                    else:
-                        await self._wait_coordinator_task(lambda: self.chain, deadline)
-                case CompleteJoin(generation=generation, assignment=data):
-                    await self._complete(generation, data, errors)
+                case CompleteJoin():
+                    await self.advance(action, deadline, errors)
                     completed = True
+                case AwaitLeaseProof() | PrepareJoin() | SendJoinGroup() | AwaitJoin():
+                    await self.advance(action, deadline, errors)
                 case _:
                     assert_never(action)
             if deadline is not None and shared.now() >= deadline:
@@ -178,6 +157,46 @@ class RebalanceDriver:
             raise errors[0]
         await asyncio.sleep(0)  # a poll loop always yields to the event loop
         return shared.embedding.owned
+
+    async def advance(
+        self, action: RebalanceStep, deadline: float | None, errors: list[ListenerError]
+    ) -> None:
+        """Carry out one join action that moves a rebalance along, in the caller's task:
+        the pre-join hook's callbacks, the JoinGroup→SyncGroup chain (started, or waited
+        for until ``deadline``), the wait for a lease proof, the completion. ``poll()`` and
+        close()'s handoff both drive rebalances with it."""
+        shared = self._shared
+        match action:
+            case AwaitLeaseProof(until=until):
+                # The assignment may be installed only once a heartbeat proves the session
+                # fresh (the core asked the heartbeat task for one): wait for its answer
+                # (the core wakes poll on member.lease_renewed).
+                wait_until = until if deadline is None else min(until, deadline)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(max(0.0, (wait_until - shared.now()) / 1000)):
+                        await shared.poll_wake.wait()
+            case PrepareJoin(lost=lost):
+                await self.run_calls(shared.embedding.prepare(lost=lost), errors)
+            case SendJoinGroup():
+                await self._wait_coordinator_task(
+                    functools.partial(self._start_chain, action), deadline, starts_chain=True
+                )
+            case AwaitJoin():
+                chain = self.chain
+                # Isolated mode: a poll() cancelled right after SendJoinGroup may have left
+                # the chain's start queued on the coordinator loop; then the chain is about
+                # to exist and the wait below (queued after it) finds it.
+                start = self._chain_start
+                starting = start is not None and not start.done()
+                if not starting and (chain is None or chain.done()):
+                    with shared.step() as core:
+                        core.abandon_chain()  # defensive: a chain always reports back
+                else:
+                    await self._wait_coordinator_task(lambda: self.chain, deadline)
+            case CompleteJoin(generation=generation, assignment=data):
+                await self._complete(generation, data, errors)
+            case _:
+                assert_never(action)
 
     # -- the join chain (coordinator loop) -------------------------------------------------------
 
