@@ -100,6 +100,20 @@ class CoordinatorLink:
             return None
         return conn
 
+    def _start(self, request: Any, timeout_ms: float, then: str) -> tuple[Any, Any] | None:
+        """Write ``request`` now through a connection that offers ``start`` and ``then``:
+        (the pending request, the connection's ``then`` method), or None when the request
+        must go another way (see :meth:`send_now`)."""
+        conn = self._ready()
+        start = getattr(conn, "start", None)
+        after = getattr(conn, then, None)
+        if start is None or after is None:
+            return None
+        try:
+            return start(request, timeout_ms), after
+        except KGroupError:
+            return None  # request() meets the same failure and reports it
+
     def send_now(self, request: Any, timeout_ms: float) -> Callable[[], Awaitable[Any]] | None:
         """Write ``request`` to the coordinator before returning, when its connection is
         open and nobody is connecting (so it leaves in this loop step, not after whatever
@@ -107,15 +121,10 @@ class CoordinatorLink:
         one more of its slices). Returns the wait for the answer, or None when the request
         must go through :meth:`request` instead. A connection offers this with
         ``start(request, timeout_ms)`` (write now) and ``finish(pending)`` (the answer)."""
-        conn = self._ready()
-        start = getattr(conn, "start", None)
-        finish = getattr(conn, "finish", None)
-        if start is None or finish is None:
+        started = self._start(request, timeout_ms, "finish")
+        if started is None:
             return None
-        try:
-            pending = start(request, timeout_ms)
-        except KGroupError:
-            return None  # request() meets the same failure and reports it
+        pending, finish = started
         return functools.partial(finish, pending)
 
     def send_watched(
@@ -125,15 +134,10 @@ class CoordinatorLink:
         ``on_answer`` without a task, as soon as it is read (a connection offers this with
         ``watch(pending, callback)``). False when the request was not sent: the caller
         sends it another way."""
-        conn = self._ready()
-        start = getattr(conn, "start", None)
-        watch = getattr(conn, "watch", None)
-        if start is None or watch is None:
+        started = self._start(request, timeout_ms, "watch")
+        if started is None:
             return False
-        try:
-            pending = start(request, timeout_ms)
-        except KGroupError:
-            return False  # request() meets the same failure and reports it
+        pending, watch = started
         watch(pending, on_answer)
         return True
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from kgroup import TopicPartition
-from kgroup.testing import JavaMember, KafkaBroker
+from kgroup.testing import JavaMember, KafkaBroker, TansuBroker
 from kgroup.testing._members import MemberGroup, MemberRunner, covered
 from tests.integration.conftest import group_config
 from tests.integration.test_cooperative import COOP, java_coop, replay_java, union_covers
@@ -139,3 +139,41 @@ async def test_a_java_leader_ignores_the_mark_and_the_member_leaves_as_usual(
         for i, j in enumerate(javas):
             replay_java(j, f"java-{i}", group.ownership)
         group.ownership.check()
+
+
+async def test_close_hands_off_on_tansu(
+    tansu_broker: TansuBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """On tansu too: the marked rejoin, nothing for the leaver, its revoke and leave, and
+    the survivors owning everything after, never a partition held twice. (tansu holds a
+    JoinGroup until its rebalance ends, about half the session, so here the handoff does not
+    shorten the gap; it must only be safe and complete.)"""
+    topic = make_topic(4)
+    cfg = group_config(
+        tansu_broker,
+        unique_group,
+        topic,
+        assignors=COOP,
+        heartbeat_interval_ms=500,
+        session_timeout_ms=6_000,
+        request_timeout_ms=30_000,
+    )
+    async with MemberGroup() as group:
+        runners = [await group.start(cfg), await group.start(cfg)]
+        runners.append(await group.start(dataclasses.replace(cfg, handoff_on_close=True)))
+        await group.wait_until(
+            lambda: covered(runners, topic, 4) and all(r.assignment for r in runners),
+            timeout=90,
+            what="three stable",
+        )
+        leaver, survivors = runners[2], runners[:2]
+        held = leaver.assignment
+        done = outcomes(leaver)
+        await leaver.close()
+        assert done == ["handed_off"]
+        revoked = [e.partitions for e in leaver.events if e.callback == "on_partitions_revoked"]
+        assert revoked[-1] == held
+        await group.wait_until(
+            lambda: covered(survivors, topic, 4), timeout=60, what="the survivors own everything"
+        )
+        assert not any(r.errors for r in runners)

@@ -70,6 +70,24 @@ def test_join_group_bytes_equal_the_general_path(
     check(message, versions)
 
 
+def sample(api_key: int) -> Any:
+    """A Heartbeat (12) or a JoinGroup (11) with every field set."""
+    if api_key == 12:
+        return HeartbeatRequest(
+            group_id="g", generation_id=7, member_id="m", group_instance_id=None
+        )
+    return JoinGroupRequest(
+        group_id="g",
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=30_000,
+        member_id="",
+        group_instance_id=None,
+        protocol_type="consumer",
+        protocols=(("range", b"\x00\x03"), ("roundrobin", b"")),
+        reason="r" * 400,
+    )
+
+
 def check(message: Any, versions: dict[int, tuple[int, int]]) -> None:
     direct = encode_direct(message, versions)
     try:
@@ -90,20 +108,7 @@ def same_request(direct: Any, struct_class: type[Any]) -> bool:
 @pytest.mark.parametrize("api_key", [11, 12])
 def test_every_version_is_encoded_directly(api_key: int) -> None:
     low, high = SUPPORTED_VERSIONS[api_key]
-    message: Any = (
-        HeartbeatRequest(group_id="g", generation_id=7, member_id="m", group_instance_id=None)
-        if api_key == 12
-        else JoinGroupRequest(
-            group_id="g",
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=30_000,
-            member_id="",
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=(("range", b"\x00\x03"), ("roundrobin", b"")),
-            reason="r" * 400,
-        )
-    )
+    message = sample(api_key)
     for version in range(low, high + 1):
         versions = {api_key: (version, version)}
         direct = encode_direct(message, versions)
@@ -148,19 +153,7 @@ def test_values_the_schema_rejects_are_left_to_the_general_path() -> None:
 @pytest.mark.parametrize("client_id", ["kgroup-1", "", None, "ünïcode"])
 @pytest.mark.parametrize(("api_key", "version"), [(12, 3), (12, 4), (11, 5), (11, 9)])
 def test_the_header_is_aiokafkas(client_id: str | None, api_key: int, version: int) -> None:
-    message: Any = (
-        HeartbeatRequest(group_id="g", generation_id=7, member_id="m", group_instance_id=None)
-        if api_key == 12
-        else JoinGroupRequest(
-            group_id="g",
-            session_timeout_ms=1,
-            rebalance_timeout_ms=2,
-            member_id="",
-            group_instance_id=None,
-            protocol_type="consumer",
-            protocols=(),
-        )
-    )
+    message = sample(api_key)
     versions = {api_key: (version, version)}
     struct = to_wire(message).prepare(versions)
     header = struct.build_request_header(correlation_id=12345, client_id=client_id).encode()
