@@ -142,13 +142,14 @@ class RebalanceDriver:
                     raise error
                 case FindCoordinator():
                     await self._wait_coordinator_task(self._link.ensure_lookup, deadline)
-                case Sleep(until=until):
-                    await self._sleep_until(until, deadline)
                 case CompleteJoin():
                     await self.advance(action, deadline, errors)
                     completed = True
+                # Before Sleep: AwaitLeaseProof is a Sleep that also ends on poll's wake-up.
                 case AwaitLeaseProof() | PrepareJoin() | SendJoinGroup() | AwaitJoin():
                     await self.advance(action, deadline, errors)
+                case Sleep(until=until):
+                    await self._sleep_until(until, deadline)
                 case _:
                     assert_never(action)
             if deadline is not None and shared.now() >= deadline:
