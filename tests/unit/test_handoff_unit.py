@@ -351,9 +351,9 @@ async def test_a_failed_handoff_falls_back_within_the_budget(group: Group) -> No
     start = loop.time()
     b = group.members["b"]
     closing = asyncio.create_task(b.close(handoff=True))
-    await asyncio.sleep(1.0)
     # Mid-handoff, its JoinGroup held: b still holds its partitions, under its lease.
-    assert b.state is MemberState.PREPARING_REBALANCE and b.assignment == held
+    await group.wait(lambda: b.state is MemberState.PREPARING_REBALANCE)
+    assert b.assignment == held
     assert b.valid_until is not None and b.valid_until > loop.time()
     await closing
     assert loop.time() - start < 4.0  # min(close_timeout_ms, request_timeout_ms) = 4 s
