@@ -23,7 +23,12 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from kgroup._core._messages import HeartbeatRequest, HeartbeatResponse, JoinGroupRequest
-from kgroup._protocol._requests import MAX_REASON_LENGTH, STATIC_MEMBERSHIP_VERSIONS
+from kgroup._errors import UnsupportedVersion
+from kgroup._protocol._requests import (
+    MAX_REASON_LENGTH,
+    STATIC_MEMBERSHIP_VERSIONS,
+    choose_version,
+)
 from kgroup._protocol._schemas import REQUEST_STRUCTS
 from kgroup._protocol._versions import FLEXIBLE_FROM, SUPPORTED_VERSIONS
 
@@ -159,12 +164,13 @@ def _join_group(request: JoinGroupRequest, version: int) -> bytes:
 
 
 def _version(api_key: int, versions: Mapping[int, tuple[int, int]], instance: Any) -> int | None:
+    """The version the general path would choose, or None where it would raise."""
     broker = versions.get(api_key)
     if broker is None:
         return None
-    low, high = SUPPORTED_VERSIONS[api_key]
-    version = min(high, broker[1])
-    if version < max(low, broker[0]):
+    try:
+        version = choose_version(api_key, broker)
+    except UnsupportedVersion:
         return None
     if instance is not None and version < STATIC_MEMBERSHIP_VERSIONS[api_key]:
         return None

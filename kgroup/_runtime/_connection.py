@@ -229,14 +229,7 @@ class BrokerConnection:
         direct = encode_direct(message, versions)
         if direct is not None:
             request, body = direct
-            label = request_label(request)
-            try:
-                answer = self._conn.send_encoded(request, body)
-            except (KafkaError, OSError) as exc:
-                self.close()
-                raise CoordinatorError(f"{label} to {self.where} failed: {_describe(exc)}") from exc
-            answer.add_done_callback(_retrieved)
-            return Pending(answer, label, timeout_ms, True)
+            return self._write(request, timeout_ms, decode=True, body=body)
         struct = _protocol.to_wire(message).prepare(versions)
         return self._write(struct, timeout_ms, decode=True)
 
@@ -315,15 +308,23 @@ class BrokerConnection:
             ) from exc
         return await self.finish(self._write(struct, timeout_ms, decode=False))
 
-    def _write(self, struct: Any, timeout_ms: float, *, decode: bool) -> Pending:
-        label = request_label(struct)
+    def _write(
+        self, request: Any, timeout_ms: float, *, decode: bool, body: bytes | None = None
+    ) -> Pending:
+        """Write ``request``: a struct, framed by aiokafka; or, with ``body``, a
+        ``DirectRequest`` whose body is already encoded (``kgroup._protocol._direct``)."""
+        label = request_label(request)
+        answer: asyncio.Future[Any]
         try:
-            # aiokafka writes the frame before send() returns; what it returns is only its
-            # own wait for the answer, replaced here by the response future itself (its
-            # timeout is kgroup's, in _await).
-            waiting = self._conn.send(_Prepared(struct))
-            waiting.close()
-            answer: asyncio.Future[Any] = self._conn._requests[-1][2]
+            if body is not None:
+                answer = self._conn.send_encoded(request, body)
+            else:
+                # aiokafka writes the frame before send() returns; what it returns is only
+                # its own wait for the answer, replaced here by the response future itself
+                # (its timeout is kgroup's, in _await).
+                waiting = self._conn.send(_Prepared(request))
+                waiting.close()
+                answer = self._conn._requests[-1][2]
         except (KafkaError, OSError, ValueError) as exc:
             self.close()
             raise CoordinatorError(f"{label} to {self.where} failed: {_describe(exc)}") from exc

@@ -147,6 +147,7 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
                 f"pending one) was sent with {correlation_id}"
             )
             return
+        hook = None
         if not fut.done():
             decode_answer = getattr(request, "decode_answer", None)  # the direct path's
             response = None if decode_answer is None else decode_answer(resp, buffer.tell())
@@ -161,14 +162,11 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
                 self._violation(f"cannot be decoded: {exc!r}")
                 return
             fut.set_result(response)
-            self._last_action = time.monotonic()
-            self._requests.popleft()
             hook = self.on_answer.pop(fut, None)
-            if hook is not None:
-                hook()  # contains its own failures
-            return
         self._last_action = time.monotonic()
         self._requests.popleft()
+        if hook is not None:
+            hook()  # contains its own failures
 
     async def _do_version_lookup(self) -> None:
         """ApiVersions, as aiokafka's, but a malformed answer is a RemoteProtocolError
