@@ -14,12 +14,14 @@ partitions out within a tenth of a heartbeat interval or so.
 :func:`hand_off` drives that one rebalance from close() with the core's join actions, as
 ``poll()`` does, and stops at the first completion: the caller then releases what is still
 owned and leaves as close() always does. Anything else (a leader that ignores the mark and
-gives partitions back, a failed join, a lost coordinator or generation, a lapsed lease, the
-deadline) ends the handoff early and leaves the rest to that ordinary path.
+gives partitions back, a lost coordinator or generation, a lapsed lease, a fatal error, the
+deadline) ends the handoff early and leaves the rest to that ordinary path; a join that
+fails retriably is retried within the deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Literal, assert_never
 
 from .._core._embedding import ConsumerEmbedding
@@ -94,9 +96,13 @@ async def _run(
                     return "failed"
             case AwaitLeaseProof() | SendJoinGroup() | AwaitJoin():
                 await driver.advance(action, until, errors)
-            case Idle() | RaiseFatal() | FindCoordinator() | Sleep():
-                # Not rejoining (any more), a fatal error, the coordinator lost, or a failed
-                # join backing off: the handoff is over; close() releases and leaves.
+            case Sleep(until=retry_at):
+                # A join that failed retriably (the group rebalancing again under it) backs
+                # off: still rejoining, still marked; retry within the handoff's budget.
+                await asyncio.sleep(max(0.0, (min(retry_at, until) - shared.now()) / 1000))
+            case Idle() | RaiseFatal() | FindCoordinator():
+                # Not rejoining (any more), a fatal error, or the coordinator lost: the
+                # handoff is over; close() releases and leaves.
                 return "failed"
             case _:
                 assert_never(action)
