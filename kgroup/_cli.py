@@ -357,7 +357,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             help="properties: security.protocol, sasl.mechanism, sasl.username, "
             "sasl.password, ssl.cafile, ssl.certfile, ssl.keyfile, ssl.key.password, client.id",
         )
+    from .analytics import _command as report_command
+
+    report_command.add_parser(sub)
     args = parser.parse_args(argv)
+    if args.command == "report":
+        return report_command.run(args)
     if args.command == "demo":
         return _demo(args)
     if args.command in ("groups", "describe"):

@@ -1,0 +1,246 @@
+"""The pipeline's stages, from a source of raw lines to the written tables.
+
+:func:`run_pipeline` is all of it. Each stage writes its result as Parquet and the next ones
+read that back: the events are parsed once (staged under ``<out>/_work``, removed at the
+end), every table is computed once, and the driver never holds more than the small rows it
+collects for the summary and the report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from . import _fs
+from ._churn import churn
+from ._heartbeats import heartbeat_failures, heartbeat_health, heartbeat_histogram
+from ._members import members
+from ._names import TABLES, TIMESTAMP_COLUMNS
+from ._ownership import generations, ownership
+from ._read import EVENT_COLUMNS, bad_records, classify
+from ._rebalances import rebalance_stats, rebalances
+from ._safety import overlaps
+from ._unavailability import unavailability, unavailability_by_rebalance
+
+__all__ = ["REPORT_ROW_LIMIT", "PipelineResult", "collect_rows", "run_pipeline"]
+
+#: At most this many rows of each table are collected for the HTML report (the Parquet
+#: tables are always complete). The rows kept are the first in each table's report order.
+REPORT_ROW_LIMIT = 50_000
+
+#: The order the report's rows come in (and the one tests compare in).
+_REPORT_ORDER: dict[str, tuple[str, ...]] = {
+    "generations": ("group", "generation"),
+    "ownership": ("group", "topic", "partition", "from_ts", "member_uid"),
+    "rebalances": ("group", "rebalance_id"),
+    "rebalance_stats": ("group",),
+    "unavailability": ("group", "topic", "partition", "from_ts"),
+    "unavailability_by_rebalance": ("group", "rebalance_id", "topic"),
+    "churn": ("group", "member_uid"),
+    "heartbeat_health": ("group", "member_uid"),
+    "heartbeat_failures": ("group", "member_uid", "error"),
+    "heartbeat_histogram": ("group", "metric", "bucket_lo_ms"),
+    "overlaps": ("group", "topic", "partition", "from_ts", "member_a", "member_b"),
+    "bad_records": ("file", "line", "reason"),
+}
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class PipelineResult:
+    """What a run produced: the summary row and each table's collected rows (at most
+    :data:`REPORT_ROW_LIMIT`; ``truncated`` names the tables that had more)."""
+
+    summary: dict[str, Any]
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    truncated: list[str] = field(default_factory=list)
+
+
+def _rfc3339(column: str) -> Any:
+    return F.date_format(F.col(column), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'")
+
+
+def collect_rows(df: DataFrame, name: str, limit: int | None = None) -> list[dict[str, Any]]:
+    """``df``'s rows as dicts in the table's column order, timestamps as RFC 3339 strings
+    (formatted by Spark in the session's time zone, which the job sets to UTC)."""
+    columns = TABLES[name]
+    selected = df.select(
+        *[_rfc3339(c).alias(c) if c in TIMESTAMP_COLUMNS else F.col(c) for c in columns]
+    )
+    order = _REPORT_ORDER.get(name)
+    if order:
+        selected = selected.orderBy(*[F.col(c).asc_nulls_first() for c in order])
+    if limit is not None:
+        selected = selected.limit(limit)
+    return [row.asDict() for row in selected.collect()]
+
+
+def _ordered(df: DataFrame, name: str) -> DataFrame:
+    return df.select(*TABLES[name])
+
+
+def run_pipeline(
+    spark: SparkSession,
+    source: DataFrame,
+    *,
+    out: str,
+    clock_skew_s: float,
+    numbered_by_pos: bool,
+    progress: Progress,
+    collect: bool = True,
+) -> PipelineResult:
+    """Read ``source``, compute every table, write them under ``out`` (Parquet:
+    ``tables/<name>/``, ``bad_records/``), and return the summary and collected rows."""
+    started = time.monotonic()
+    work = _fs.join(out, "_work")
+    tables_dir = _fs.join(out, "tables")
+
+    def save(df: DataFrame, name: str) -> DataFrame:
+        path = _fs.join(out, name) if name == "bad_records" else _fs.join(tables_dir, name)
+        df.write.mode("overwrite").parquet(path)
+        return spark.read.parquet(path)
+
+    def stage(df: DataFrame, name: str) -> DataFrame:
+        path = _fs.join(work, name)
+        df.write.mode("overwrite").parquet(path)
+        return spark.read.parquet(path)
+
+    progress("reading and validating the event lines")
+    classified = stage(classify(source), "classified")
+    counts = {
+        (r["bad_reason"] or ""): int(r["count"])
+        for r in classified.groupBy("bad_reason").count().collect()
+    }
+    n_events = counts.pop("", 0)
+    n_bad = sum(counts.values())
+    progress(f"read {n_events + n_bad:,} lines: {n_events:,} events, {n_bad:,} bad records")
+    events = classified.where(F.col("bad_reason").isNull()).select(*EVENT_COLUMNS)
+
+    progress("bad records")
+    if n_bad:
+        bad = save(bad_records(classified, source, numbered_by_pos=numbered_by_pos), "bad_records")
+    else:
+        bad = save(
+            classified.where(F.lit(False)).select(
+                "file",
+                F.col("pos").alias("line"),
+                F.col("bad_reason").alias("reason"),
+                "member_uid",
+                "seq",
+                "text",
+            ),
+            "bad_records",
+        )
+
+    progress("members")
+    mem = stage(members(events), "members")
+    groups = mem.select("group").distinct()
+    group_last = mem.groupBy("group").agg(F.max("last_ts").alias("last_ts"))
+    result: dict[str, DataFrame] = {}
+
+    progress("ownership and generations")
+    own = stage(ownership(events, mem), "ownership")
+    result["ownership"] = save(_ordered(own, "ownership"), "ownership")
+    result["generations"] = save(_ordered(generations(events), "generations"), "generations")
+
+    progress("rebalances")
+    reb = save(_ordered(rebalances(events, mem), "rebalances"), "rebalances")
+    result["rebalances"] = reb
+    result["rebalance_stats"] = save(
+        _ordered(rebalance_stats(reb, groups), "rebalance_stats"), "rebalance_stats"
+    )
+
+    progress("unavailability")
+    una = save(_ordered(unavailability(own, reb, group_last), "unavailability"), "unavailability")
+    result["unavailability"] = una
+    result["unavailability_by_rebalance"] = save(
+        _ordered(unavailability_by_rebalance(una), "unavailability_by_rebalance"),
+        "unavailability_by_rebalance",
+    )
+
+    progress("churn")
+    result["churn"] = save(_ordered(churn(mem), "churn"), "churn")
+
+    progress("heartbeat health")
+    result["heartbeat_health"] = save(
+        _ordered(heartbeat_health(events, mem), "heartbeat_health"), "heartbeat_health"
+    )
+    result["heartbeat_failures"] = save(
+        _ordered(heartbeat_failures(events), "heartbeat_failures"), "heartbeat_failures"
+    )
+    result["heartbeat_histogram"] = save(
+        _ordered(heartbeat_histogram(events), "heartbeat_histogram"), "heartbeat_histogram"
+    )
+
+    progress("safety: overlapping claims")
+    result["overlaps"] = save(_ordered(overlaps(own, clock_skew_s), "overlaps"), "overlaps")
+
+    progress("summary")
+    span = mem.agg(
+        F.count(F.lit(1)).alias("members"),
+        F.countDistinct("group").alias("groups"),
+        F.min("first_ts").alias("first_ts"),
+        F.max("last_ts").alias("last_ts"),
+    )
+    span_row = collect_rows_raw(span)
+    summary: dict[str, Any] = {
+        "events": n_events,
+        "bad_records": n_bad,
+        "duplicates": counts.get("duplicate", 0),
+        "out_of_order": counts.get("out_of_order", 0),
+        "groups": int(span_row["groups"]),
+        "members": int(span_row["members"]),
+        "first_ts": span_row["first_ts"],
+        "last_ts": span_row["last_ts"],
+        "job_seconds": 0.0,
+    }
+    res = PipelineResult(summary)
+    if collect:
+        for name, df in [*result.items(), ("bad_records", bad)]:
+            rows = collect_rows(df, name, REPORT_ROW_LIMIT + 1)
+            if len(rows) > REPORT_ROW_LIMIT:
+                res.truncated.append(name)
+                rows = rows[:REPORT_ROW_LIMIT]
+            res.tables[name] = rows
+    _fs.delete(spark, work)
+    summary["job_seconds"] = round(time.monotonic() - started, 3)
+    summary_df = spark.createDataFrame(
+        [
+            (
+                summary["events"],
+                summary["bad_records"],
+                summary["duplicates"],
+                summary["out_of_order"],
+                summary["groups"],
+                summary["members"],
+                summary["first_ts"],
+                summary["last_ts"],
+                float(summary["job_seconds"]),
+            )
+        ],
+        "events long, bad_records long, duplicates long, out_of_order long, groups long, "
+        "members long, first_ts string, last_ts string, job_seconds double",
+    ).select(
+        *[
+            F.to_timestamp(c, "yyyy-MM-dd'T'HH:mm:ss.SSSSSSX").alias(c)
+            if c in TIMESTAMP_COLUMNS
+            else F.col(c)
+            for c in TABLES["summary"]
+        ]
+    )
+    summary_df.coalesce(1).write.mode("overwrite").parquet(_fs.join(tables_dir, "summary"))
+    res.tables["summary"] = [dict(summary)]
+    return res
+
+
+def collect_rows_raw(df: DataFrame) -> dict[str, Any]:
+    """The one row of ``df`` as a dict, timestamps as RFC 3339 strings."""
+    ts_cols = [c for c in df.columns if c in TIMESTAMP_COLUMNS]
+    selected = df.select(*[_rfc3339(c).alias(c) if c in ts_cols else F.col(c) for c in df.columns])
+    return selected.collect()[0].asDict()

@@ -1,0 +1,241 @@
+"""Reading event logs: raw lines in, valid events and bad records out.
+
+A *source* is a DataFrame of raw lines with four columns: ``value`` (the line's text),
+``file`` (where it came from: the file's URI as Spark names it, or ``kafka:TOPIC/PARTITION``),
+``blk`` (the start of the file split the line was read in; 0 for Kafka) and ``pos`` (an
+order-preserving position: Spark's ``monotonically_increasing_id`` for files, the offset for
+Kafka). :func:`read_files` and :mod:`._kafka` make sources.
+
+:func:`classify` parses each line against :data:`EVENT_SCHEMA` (an explicit schema: nothing
+is inferred) and gives it a ``reason`` (null for a valid event), in this order:
+
+``malformed``
+    Not a JSON object, a required field missing or of the wrong type, or ``ts`` not RFC 3339
+    UTC with microseconds.
+``truncated``
+    A line that is not JSON and is the last line of its file (a writer died mid-line).
+    Decided when line numbers are attached (:func:`bad_records`).
+``unknown_version``
+    ``v`` is an integer other than 1.
+``duplicate``
+    The same ``(member_uid, seq)`` as an earlier line; the copy kept is the first by
+    ``(file, line)``.
+``out_of_order``
+    Its ``ts`` is earlier than the ``ts`` of a line of the same member with a lower ``seq``
+    (a host clock stepped back): interval arithmetic needs each member's time to be
+    monotonic along ``seq``.
+
+Ordering by ``seq`` (not by file position) makes the result independent of how the lines are
+spread over files and of the order Spark reads them in. Line numbers are attached only to the
+bad records: the rows of one file split are contiguous in one partition, so a line's number
+is its position minus the split's first position, plus the lines of the file's earlier
+splits.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ._names import SCHEMA_VERSION
+
+__all__ = [
+    "EVENT_COLUMNS",
+    "EVENT_SCHEMA",
+    "bad_records",
+    "classify",
+    "empty_source",
+    "read_files",
+]
+
+_TP = T.ArrayType(
+    T.StructType(
+        [T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType())]
+    )
+)
+
+_CORRUPT = "_corrupt"
+
+#: The fields of a schema v1 line that the pipeline reads (unknown fields are ignored).
+EVENT_SCHEMA = T.StructType(
+    [
+        T.StructField("v", T.LongType()),
+        T.StructField("ts", T.StringType()),
+        T.StructField("seq", T.LongType()),
+        T.StructField("member_uid", T.StringType()),
+        T.StructField("event", T.StringType()),
+        T.StructField("group", T.StringType()),
+        T.StructField("host", T.StringType()),
+        T.StructField("pid", T.LongType()),
+        T.StructField("client_id", T.StringType()),
+        T.StructField("member_id", T.StringType()),
+        T.StructField("instance_id", T.StringType()),
+        T.StructField("generation", T.LongType()),
+        T.StructField("state_before", T.StringType()),
+        T.StructField("state_after", T.StringType()),
+        T.StructField("assigned", _TP),
+        T.StructField("revoked", _TP),
+        T.StructField("lost", _TP),
+        T.StructField("reason", T.StringType()),
+        T.StructField("leader", T.StringType()),
+        T.StructField("error_code", T.LongType()),
+        T.StructField("error", T.StringType()),
+        T.StructField("hb_rtt_ms", T.DoubleType()),
+        T.StructField("hb_late_ms", T.DoubleType()),
+        T.StructField(_CORRUPT, T.StringType()),
+    ]
+)
+
+_REQUIRED = ("v", "ts", "seq", "member_uid", "event", "group", "host", "pid", "client_id")
+
+#: The columns of a valid event, as the metric modules see them (``ts`` a timestamp).
+EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA.fields if f.name not in ("v", _CORRUPT))
+
+_TS_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSX"
+_TS_SHAPE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$"
+
+SOURCE_SCHEMA = T.StructType(
+    [
+        T.StructField("value", T.StringType()),
+        T.StructField("file", T.StringType()),
+        T.StructField("blk", T.LongType()),
+        T.StructField("pos", T.LongType()),
+    ]
+)
+
+
+def read_files(spark: SparkSession, paths: list[str]) -> DataFrame:
+    """Every ``*.jsonl`` and ``*.jsonl.gz`` file under ``paths`` (recursively; local paths or
+    any URI Spark's Hadoop file systems understand) as a source of raw lines."""
+    raw = (
+        spark.read.option("recursiveFileLookup", "true")
+        .option("pathGlobFilter", "*.{jsonl,jsonl.gz}")
+        .text(paths)
+    )
+    return raw.select(
+        F.col("value"),
+        F.col("_metadata.file_path").alias("file"),
+        F.col("_metadata.file_block_start").alias("blk"),
+        F.monotonically_increasing_id().alias("pos"),
+    )
+
+
+def empty_source(spark: SparkSession) -> DataFrame:
+    """A source with no lines (an input with no log files)."""
+    return spark.createDataFrame([], SOURCE_SCHEMA)
+
+
+def _parse_reason(p: Column) -> Column:
+    """The reason a parsed line is not an event (null when it is one, as far as one line
+    can tell)."""
+    missing = F.lit(False)
+    for name in _REQUIRED:
+        missing = missing | p[name].isNull()
+    bad_ts = ~F.coalesce(p["ts"].rlike(_TS_SHAPE), F.lit(False))
+    return (
+        F.when(p[_CORRUPT].isNotNull() & p["v"].isNull(), F.lit("malformed"))
+        .when(p["v"].isNotNull() & (p["v"] != SCHEMA_VERSION), F.lit("unknown_version"))
+        .when(p[_CORRUPT].isNotNull() | missing | bad_ts, F.lit("malformed"))
+        .otherwise(F.lit(None).cast("string"))
+    )
+
+
+def classify(source: DataFrame) -> DataFrame:
+    """Parse and classify every line of ``source``.
+
+    The result has the event columns (:data:`EVENT_COLUMNS`, ``ts`` a UTC timestamp), the
+    line's ``file``, ``blk`` and ``pos``, ``bad_reason`` (null for a valid event), ``json_ok``
+    (the line was JSON) and ``text`` (the raw line, kept only where the line itself is bad).
+    One shuffle, by member: the valid lines of a member ordered by ``(seq, file, pos)``."""
+    parsed = source.select(
+        "file",
+        "blk",
+        "pos",
+        "value",
+        F.from_json(
+            "value", EVENT_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+        ).alias("p"),
+    )
+    p = F.col("p")
+    first = parsed.select(
+        "file",
+        "blk",
+        "pos",
+        F.when(p.isNull(), F.lit("malformed")).otherwise(_parse_reason(p)).alias("reason0"),
+        (p.isNotNull() & p[_CORRUPT].isNull()).alias("json_ok"),
+        F.col("value"),
+        *[p[c].alias(c) for c in EVENT_COLUMNS if c != "ts"],
+        F.try_to_timestamp(p["ts"], F.lit(_TS_FORMAT)).alias("ts"),
+    )
+    # Valid lines are keyed by member; every other line shares the null key and is ignored
+    # by the window's verdict.
+    key = F.when(F.col("reason0").isNull(), F.col("member_uid"))
+    w = Window.partitionBy(key).orderBy("seq", "file", "pos")
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    prev_seq = F.lag("seq").over(w)
+    max_ts_before = F.max("ts").over(before)
+    reason = (
+        F.when(F.col("reason0").isNotNull(), F.col("reason0"))
+        .when(prev_seq == F.col("seq"), F.lit("duplicate"))
+        .when(F.col("ts") < max_ts_before, F.lit("out_of_order"))
+        .otherwise(F.lit(None).cast("string"))
+    )
+    columns = [c for c in EVENT_COLUMNS if c != "ts"] + ["ts"]
+    return first.select(
+        "file",
+        "blk",
+        "pos",
+        reason.alias("bad_reason"),
+        "json_ok",
+        F.when(F.col("reason0").isNotNull(), F.col("value")).alias("text"),
+        *columns,
+    )
+
+
+def bad_records(classified: DataFrame, source: DataFrame, *, numbered_by_pos: bool) -> DataFrame:
+    """The bad lines of ``classified`` with their line numbers (1-based), as the
+    ``bad_records`` table: file, line, reason, member_uid, seq, text. ``member_uid`` and
+    ``seq`` are given for duplicates and out-of-order events (valid events otherwise);
+    ``text`` for the lines that are not valid events.
+
+    ``numbered_by_pos``: the source's ``pos`` is already the line's number (Kafka: the
+    offset); otherwise lines are counted per file split from ``source`` (a second, cheap
+    scan: no parsing)."""
+    event_level = F.col("bad_reason").isin("duplicate", "out_of_order")
+    bad = classified.where(F.col("bad_reason").isNotNull()).select(
+        "file",
+        "blk",
+        "pos",
+        F.col("bad_reason").alias("reason"),
+        "json_ok",
+        F.when(event_level, F.col("member_uid")).alias("member_uid"),
+        F.when(event_level, F.col("seq")).alias("seq"),
+        "text",
+    )
+    if numbered_by_pos:
+        return bad.select("file", F.col("pos").alias("line"), "reason", "member_uid", "seq", "text")
+    blocks = source.groupBy("file", "blk").agg(
+        F.min("pos").alias("first_pos"), F.count(F.lit(1)).alias("n")
+    )
+    wf = Window.partitionBy("file").orderBy("blk")
+    blocks = blocks.select(
+        "file",
+        "blk",
+        "first_pos",
+        F.coalesce(F.sum("n").over(wf.rowsBetween(Window.unboundedPreceding, -1)), F.lit(0)).alias(
+            "before"
+        ),
+        F.sum("n").over(Window.partitionBy("file")).alias("file_lines"),
+    )
+    joined = bad.join(F.broadcast(blocks), ["file", "blk"], "left")
+    line = F.col("pos") - F.col("first_pos") + F.col("before") + 1
+    truncated = (F.col("reason") == "malformed") & ~F.col("json_ok") & (line == F.col("file_lines"))
+    return joined.select(
+        "file",
+        line.alias("line"),
+        F.when(truncated, F.lit("truncated")).otherwise(F.col("reason")).alias("reason"),
+        "member_uid",
+        "seq",
+        "text",
+    )

@@ -1,0 +1,47 @@
+"""The analytics tests' shared SparkSession: one per test process (session scope), tuned for
+speed on two cores: ``local[2]``, no UI, two shuffle partitions, the driver on loopback.
+
+Spark is only ever called from the test's own (main) thread: no test here runs Spark inside
+an event loop. Tests that need a broker produce with aiokafka under ``asyncio.run`` first and
+call Spark after it returns.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+pyspark = pytest.importorskip("pyspark", reason="pip install 'kgroup[analytics]' (PySpark)")
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+
+def spark_conf() -> dict[str, str]:
+    """The settings of the shared session (the cluster test passes the same ones)."""
+    return {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.adaptive.enabled": "true",
+        "spark.driver.memory": "1g",
+    }
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.master("local[2]").appName("kgroup-analytics-tests")
+    for key, value in spark_conf().items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
