@@ -35,7 +35,7 @@ def join(base: str, *parts: str) -> str:
 
 def _hadoop(spark: SparkSession, path: str) -> tuple[Any, Any]:
     jvm: Any = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
     hpath = jvm.org.apache.hadoop.fs.Path(path)
     return hpath.getFileSystem(conf), hpath
 
@@ -54,8 +54,12 @@ def write_bytes(spark: SparkSession, path: str, data: bytes) -> None:
     if is_local(path):
         target = local_path(path)
         os.makedirs(os.path.dirname(os.path.abspath(target)), exist_ok=True)
-        with open(target, "wb") as handle:
+        # Replaced in one step: a reader (or a streaming job's next batch) never sees a
+        # half-written file.
+        partial = f"{target}.partial"
+        with open(partial, "wb") as handle:
             handle.write(data)
+        os.replace(partial, target)
         return
     fs, hpath = _hadoop(spark, path)
     stream = fs.create(hpath, True)

@@ -74,11 +74,22 @@ def collect_rows(df: DataFrame, name: str, limit: int | None = None) -> list[dic
         *[_rfc3339(c).alias(c) if c in TIMESTAMP_COLUMNS else F.col(c) for c in columns]
     )
     order = _REPORT_ORDER.get(name)
+    if limit is None:
+        rows = [row.asDict() for row in selected.collect()]
+    else:
+        rows = [row.asDict() for row in selected.limit(limit + 1).collect()]
+        if len(rows) > limit:
+            # Too big to hand over whole: the rows kept are the first in report order.
+            if order:
+                selected = selected.orderBy(*[F.col(c).asc_nulls_first() for c in order])
+            rows = [row.asDict() for row in selected.limit(limit + 1).collect()]
     if order:
-        selected = selected.orderBy(*[F.col(c).asc_nulls_first() for c in order])
-    if limit is not None:
-        selected = selected.limit(limit)
-    return [row.asDict() for row in selected.collect()]
+        rows.sort(key=lambda r: tuple(_sort_key(r[c]) for c in order))
+    return rows
+
+
+def _sort_key(value: Any) -> tuple[int, Any]:
+    return (0, 0) if value is None else (1, value)
 
 
 def _ordered(df: DataFrame, name: str) -> DataFrame:

@@ -29,8 +29,8 @@ import time
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
-from pyspark.sql.utils import AnalysisException
 
 from kgroup.analytics import _fs
 from kgroup.analytics._command import add_arguments

@@ -159,7 +159,7 @@ class Reference:
 
 
 def reference_tables(
-    sources: list[tuple[str, list[str]]],
+    sources: list[tuple[str, list[Any]]],
     clock_skew_s: float = DEFAULT_CLOCK_SKEW_S,
     *,
     numbered_by_pos: bool = False,
@@ -171,8 +171,11 @@ def reference_tables(
     for file, lines in sources:
         n = len(lines)
         for i, item in enumerate(lines):
+            pos: int
+            line: str
+            number: int
             if numbered_by_pos:
-                pos, line = item  # type: ignore[misc]
+                pos, line = item
                 number = pos
             else:
                 pos, line, number = i, item, i + 1
