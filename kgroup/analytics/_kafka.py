@@ -2,7 +2,8 @@
 
 Spark's Kafka source is not part of PySpark's jars: it is the Maven package
 ``org.apache.spark:spark-sql-kafka-0-10_2.13`` of the same version as the installed PySpark
-(:func:`kafka_package`), which Spark fetches from Maven Central through
+(:func:`kafka_package`; PySpark 4.3.0's own is not on Maven Central, and 4.2.0's serves it),
+which Spark fetches from Maven Central through
 ``spark.jars.packages`` (``kgroup report`` sets it; with ``spark-submit`` pass
 ``--packages``). Each record's value is one event line; the record's topic and partition
 stand for the file (``kafka:TOPIC/PARTITION``) and its offset for the line number.
@@ -22,6 +23,7 @@ stop it cleanly after the current micro-batch).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import threading
 import time
@@ -40,9 +42,19 @@ from ._pipeline import PipelineResult, run_pipeline
 __all__ = ["kafka_package", "kafka_source", "records_source", "run_stream", "start_stream"]
 
 
+#: PySpark releases whose own ``spark-sql-kafka`` was not on Maven Central when this was
+#: written, and the published connector used instead (the newest one before it, tested
+#: with it in tests/analytics/test_kafka.py).
+_UNPUBLISHED = {"4.3.0": "4.2.0"}
+
+
 def kafka_package() -> str:
-    """The Maven coordinates of Spark's Kafka source for the installed PySpark."""
-    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+    """The Maven coordinates of Spark's Kafka source for the installed PySpark: the same
+    version, or the one ``KGROUP_SPARK_KAFKA_VERSION`` names, or for a release whose
+    connector is not published, the newest published one before it."""
+    version = os.environ.get("KGROUP_SPARK_KAFKA_VERSION") or pyspark.__version__
+    version = _UNPUBLISHED.get(version, version)
+    return f"org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
 
 
 def records_source(records: DataFrame) -> DataFrame:
