@@ -34,12 +34,13 @@ check: lint typecheck unit docs
 
 # Lint, type-check, build the docs and run every test, on real brokers (installs Java and
 # Maven if missing). The integration tests mostly wait on brokers, so they run on two
-# pytest-xdist workers (each with its own session brokers), and the analytics tests (Spark)
-# share those workers to overlap with the waiting; the CPU-bound rest (unit, simulation,
-# chaos with its private brokers) runs in one process after them.
+# pytest-xdist workers (each with its own session brokers); the analytics tests (Spark) run
+# beside them to overlap with the waiting, all on one worker (xdist_group "spark": one
+# JVM). The CPU-bound rest (unit, simulation, chaos with its private brokers) runs in one
+# process after them.
 test:
 	bash .ci/install-system-deps.sh
 	$(PYTHON) -m pip install -q -e ".[test]"
 	$(MAKE) --no-print-directory lint typecheck docs PYTHON="$(PYTHON)"
-	$(PYTHON) -m pytest -ra -n 2 tests/integration tests/analytics
+	$(PYTHON) -m pytest -ra -n 2 --dist loadgroup tests/integration tests/analytics
 	$(PYTHON) -m pytest -ra --ignore=tests/integration --ignore=tests/analytics

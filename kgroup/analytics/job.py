@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
@@ -126,7 +127,6 @@ def _render_html(spark: SparkSession, result: PipelineResult, out: str, say: Any
     if _fs.is_local(target):
         render_html(result.tables, _fs.local_path(target))
     else:
-        import os
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
@@ -172,6 +172,10 @@ def run(args: argparse.Namespace, *, default_master: str | None = None) -> int:
         return 2
     if args.clock_skew < 0:
         print("kgroup report: --clock-skew must be >= 0", file=sys.stderr)
+        return 2
+    missing = [p for p in args.paths if _fs.is_local(p) and not os.path.exists(_fs.local_path(p))]
+    if missing:
+        print(f"kgroup report: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return 2
     started = time.monotonic()
     spark = build_session(args.master or default_master, kafka=kafka)

@@ -27,6 +27,10 @@ from tests.analytics._logs import Options, simulate
 from tests.analytics._reference import reference_tables
 from tests.analytics.conftest import kafka_unavailable
 
+# One worker runs every Spark test (one JVM; see the Makefile's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("spark")
+
+
 PARTITIONS = 3
 
 
