@@ -242,9 +242,9 @@ def test_hand_written_scenario(spark: SparkSession, tmp_path: Path) -> None:
     assert churn["b"]["crashes"] == 1 and churn["a"]["crashes"] == 0
     assert churn["a"]["joins"] == 1 and churn["a"]["member_id"] == "A1"
     # With an allowance of 0.5 s, the 0.5 s overlaps are clock skew.
-    own = ownership_of(spark, tmp_path / "logs")
-    assert collect_rows(overlaps(own, 0.5), "overlaps") == []
-    assert len(collect_rows(overlaps(own, 0.49), "overlaps")) == 2
+    intervals = ownership_of(spark, tmp_path / "logs")
+    assert collect_rows(overlaps(intervals, 0.5), "overlaps") == []
+    assert len(collect_rows(overlaps(intervals, 0.49), "overlaps")) == 2
 
 
 def test_bad_records_have_file_line_and_reason(spark: SparkSession, tmp_path: Path) -> None:
