@@ -60,6 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=5.0,
         help="with --stream: seconds between micro-batches (default 5)",
     )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for the session kgroup starts (repeatable), e.g. "
+        "spark.driver.memory=2g; under spark-submit use its own --conf",
+    )
     parser.add_argument("--no-html", action="store_true", help="skip the HTML report")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 

@@ -22,7 +22,7 @@ from ._heartbeats import heartbeat_failures, heartbeat_health, heartbeat_histogr
 from ._members import members
 from ._names import TABLES, TIMESTAMP_COLUMNS
 from ._ownership import generations, ownership
-from ._read import EVENT_COLUMNS, bad_records, classify
+from ._read import bad_lines, bad_records, event_faults, parse, valid_events
 from ._rebalances import rebalance_stats, rebalances
 from ._safety import overlaps
 from ._unavailability import unavailability, unavailability_by_rebalance
@@ -123,31 +123,27 @@ def run_pipeline(
         return spark.read.parquet(path)
 
     progress("reading and validating the event lines")
-    classified = stage(classify(source), "classified")
-    counts = {
-        (r["bad_reason"] or ""): int(r["count"])
-        for r in classified.groupBy("bad_reason").count().collect()
-    }
-    n_events = counts.pop("", 0)
-    n_bad = sum(counts.values())
+    parsed = stage(parse(source), "parsed")
+    progress("duplicates and out-of-order events")
+    faults = stage(event_faults(parsed), "faults")
+    counts: dict[str, int] = {}
+    for df, column in ((parsed, "line_reason"), (faults, "reason")):
+        for r in df.groupBy(column).count().collect():
+            key = r[column] or ""
+            counts[key] = counts.get(key, 0) + int(r["count"])
+    n_faults = counts.get("duplicate", 0) + counts.get("out_of_order", 0)
+    n_bad = sum(v for k, v in counts.items() if k)
+    n_events = counts.get("", 0) - n_faults
     progress(f"read {n_events + n_bad:,} lines: {n_events:,} events, {n_bad:,} bad records")
-    events = classified.where(F.col("bad_reason").isNull()).select(*EVENT_COLUMNS)
+    events = valid_events(parsed, faults if n_faults else None)
 
     progress("bad records")
+    bad = bad_lines(parsed, faults)
     if n_bad:
-        bad = save(bad_records(classified, source, numbered_by_pos=numbered_by_pos), "bad_records")
+        bad = bad_records(bad, source, numbered_by_pos=numbered_by_pos)
     else:
-        bad = save(
-            classified.where(F.lit(False)).select(
-                "file",
-                F.col("pos").alias("line"),
-                F.col("bad_reason").alias("reason"),
-                "member_uid",
-                "seq",
-                "text",
-            ),
-            "bad_records",
-        )
+        bad = bad.select("file", F.col("pos").alias("line"), "reason", "member_uid", "seq", "text")
+    bad = save(bad, "bad_records")
 
     progress("members")
     mem = stage(members(events), "members")

@@ -6,8 +6,9 @@ A *source* is a DataFrame of raw lines with four columns: ``value`` (the line's 
 order-preserving position: Spark's ``monotonically_increasing_id`` for files, the offset for
 Kafka). :func:`read_files` and :mod:`._kafka` make sources.
 
-:func:`classify` parses each line against :data:`EVENT_SCHEMA` (an explicit schema: nothing
-is inferred) and gives it a ``reason`` (null for a valid event), in this order:
+:func:`parse` parses each line against :data:`EVENT_SCHEMA` (an explicit schema: nothing
+is inferred) and :func:`event_faults` judges the valid ones by member; a bad line gets a
+``reason``, in this order:
 
 ``malformed``
     Not a JSON object, a required field missing or of the wrong type, or ``ts`` not RFC 3339
@@ -43,10 +44,13 @@ from ._names import SCHEMA_VERSION
 __all__ = [
     "EVENT_COLUMNS",
     "EVENT_SCHEMA",
+    "bad_lines",
     "bad_records",
-    "classify",
     "empty_source",
+    "event_faults",
+    "parse",
     "read_files",
+    "valid_events",
 ]
 
 _TP = T.ArrayType(
@@ -141,13 +145,13 @@ def _parse_reason(p: Column) -> Column:
     )
 
 
-def classify(source: DataFrame) -> DataFrame:
-    """Parse and classify every line of ``source``.
+def parse(source: DataFrame) -> DataFrame:
+    """Parse every line of ``source`` (no shuffle: one line at a time).
 
     The result has the event columns (:data:`EVENT_COLUMNS`, ``ts`` a UTC timestamp), the
-    line's ``file``, ``blk`` and ``pos``, ``bad_reason`` (null for a valid event), ``json_ok``
-    (the line was JSON) and ``text`` (the raw line, kept only where the line itself is bad).
-    One shuffle, by member: the valid lines of a member ordered by ``(seq, file, pos)``."""
+    line's ``file``, ``blk`` and ``pos``, ``line_reason`` (why the line is not an event:
+    ``malformed`` or ``unknown_version``; null when it is one), ``json_ok`` (the line was
+    JSON) and ``text`` (the raw line, kept only when it is not an event)."""
     parsed = source.select(
         "file",
         "blk",
@@ -158,61 +162,92 @@ def classify(source: DataFrame) -> DataFrame:
         ).alias("p"),
     )
     p = F.col("p")
+    reason = F.when(p.isNull(), F.lit("malformed")).otherwise(_parse_reason(p))
+    columns = [p[c].alias(c) for c in EVENT_COLUMNS if c != "ts"]
     first = parsed.select(
         "file",
         "blk",
         "pos",
-        F.when(p.isNull(), F.lit("malformed")).otherwise(_parse_reason(p)).alias("reason0"),
+        reason.alias("line_reason"),
         (p.isNotNull() & p[_CORRUPT].isNull()).alias("json_ok"),
         F.col("value"),
-        *[p[c].alias(c) for c in EVENT_COLUMNS if c != "ts"],
+        *columns,
         F.try_to_timestamp(p["ts"], F.lit(_TS_FORMAT)).alias("ts"),
     )
-    # Valid lines are keyed by member; every other line shares the null key and is ignored
-    # by the window's verdict.
-    key = F.when(F.col("reason0").isNull(), F.col("member_uid"))
-    w = Window.partitionBy(key).orderBy("seq", "file", "pos")
-    before = w.rowsBetween(Window.unboundedPreceding, -1)
-    prev_seq = F.lag("seq").over(w)
-    max_ts_before = F.max("ts").over(before)
-    reason = (
-        F.when(F.col("reason0").isNotNull(), F.col("reason0"))
-        .when(prev_seq == F.col("seq"), F.lit("duplicate"))
-        .when(F.col("ts") < max_ts_before, F.lit("out_of_order"))
-        .otherwise(F.lit(None).cast("string"))
-    )
-    columns = [c for c in EVENT_COLUMNS if c != "ts"] + ["ts"]
     return first.select(
         "file",
         "blk",
         "pos",
-        reason.alias("bad_reason"),
+        "line_reason",
         "json_ok",
-        F.when(F.col("reason0").isNotNull(), F.col("value")).alias("text"),
-        *columns,
+        F.when(F.col("line_reason").isNotNull(), F.col("value")).alias("text"),
+        *[c for c in EVENT_COLUMNS if c != "ts"],
+        "ts",
     )
 
 
-def bad_records(classified: DataFrame, source: DataFrame, *, numbered_by_pos: bool) -> DataFrame:
-    """The bad lines of ``classified`` with their line numbers (1-based), as the
-    ``bad_records`` table: file, line, reason, member_uid, seq, text. ``member_uid`` and
-    ``seq`` are given for duplicates and out-of-order events (valid events otherwise);
-    ``text`` for the lines that are not valid events.
+def event_faults(parsed: DataFrame) -> DataFrame:
+    """The valid lines of ``parsed`` that are duplicates or out of order: file, blk, pos,
+    reason, member_uid, seq. The one shuffle of the read, and a narrow one: only these
+    columns of the valid lines, by member, ordered by ``(seq, file, pos)``."""
+    valid = parsed.where(F.col("line_reason").isNull()).select(
+        "member_uid", "seq", "ts", "file", "blk", "pos"
+    )
+    w = Window.partitionBy("member_uid").orderBy("seq", "file", "pos")
+    before = w.rowsBetween(Window.unboundedPreceding, -1)
+    reason = (
+        F.when(F.lag("seq").over(w) == F.col("seq"), F.lit("duplicate"))
+        .when(F.col("ts") < F.max("ts").over(before), F.lit("out_of_order"))
+        .otherwise(F.lit(None).cast("string"))
+    )
+    judged = valid.select("file", "blk", "pos", reason.alias("reason"), "member_uid", "seq")
+    return judged.where(F.col("reason").isNotNull())
+
+
+def valid_events(parsed: DataFrame, faults: DataFrame | None) -> DataFrame:
+    """The events: the valid lines of ``parsed`` less ``faults`` (None: there are none)."""
+    events = parsed.where(F.col("line_reason").isNull())
+    if faults is not None:
+        events = events.join(
+            F.broadcast(faults.select("file", "pos")), ["file", "pos"], "left_anti"
+        )
+    return events.select(*EVENT_COLUMNS)
+
+
+def bad_lines(parsed: DataFrame, faults: DataFrame) -> DataFrame:
+    """Every bad line, from both checks: file, blk, pos, reason, json_ok, member_uid and
+    seq (for duplicates and out-of-order events), text (for the lines that are not
+    events)."""
+    lines = parsed.where(F.col("line_reason").isNotNull()).select(
+        "file",
+        "blk",
+        "pos",
+        F.col("line_reason").alias("reason"),
+        "json_ok",
+        F.lit(None).cast("string").alias("member_uid"),
+        F.lit(None).cast("long").alias("seq"),
+        "text",
+    )
+    events = faults.select(
+        "file",
+        "blk",
+        "pos",
+        "reason",
+        F.lit(True).alias("json_ok"),
+        "member_uid",
+        "seq",
+        F.lit(None).cast("string").alias("text"),
+    )
+    return lines.unionByName(events)
+
+
+def bad_records(bad: DataFrame, source: DataFrame, *, numbered_by_pos: bool) -> DataFrame:
+    """The ``bad_records`` table (file, line, reason, member_uid, seq, text) from
+    :func:`bad_lines`, with line numbers (1-based).
 
     ``numbered_by_pos``: the source's ``pos`` is already the line's number (Kafka: the
     offset); otherwise lines are counted per file split from ``source`` (a second, cheap
     scan: no parsing)."""
-    event_level = F.col("bad_reason").isin("duplicate", "out_of_order")
-    bad = classified.where(F.col("bad_reason").isNotNull()).select(
-        "file",
-        "blk",
-        "pos",
-        F.col("bad_reason").alias("reason"),
-        "json_ok",
-        F.when(event_level, F.col("member_uid")).alias("member_uid"),
-        F.when(event_level, F.col("seq")).alias("seq"),
-        "text",
-    )
     if numbered_by_pos:
         return bad.select("file", F.col("pos").alias("line"), "reason", "member_uid", "seq", "text")
     blocks = source.groupBy("file", "blk").agg(

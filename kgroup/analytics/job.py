@@ -41,10 +41,12 @@ from kgroup.analytics._read import empty_source, read_files
 __all__ = ["build_session", "main", "run"]
 
 
-def build_session(master: str | None, *, kafka: bool = False) -> SparkSession:
+def build_session(
+    master: str | None, *, kafka: bool = False, conf: Sequence[str] = ()
+) -> SparkSession:
     """The job's session. ``master`` None leaves the choice to ``spark-submit`` (or
     PySpark's own default, ``local[*]``). ``kafka`` adds the ``spark-sql-kafka`` package
-    matching the installed PySpark unless ``spark.jars.packages`` is set already."""
+    matching the installed PySpark. ``conf``: ``KEY=VALUE`` settings, applied last."""
     builder = SparkSession.builder.appName("kgroup-report")
     if master:
         builder = builder.master(master)
@@ -55,8 +57,15 @@ def build_session(master: str | None, *, kafka: bool = False) -> SparkSession:
         from kgroup.analytics._kafka import kafka_package
 
         builder = builder.config("spark.jars.packages", kafka_package())
+    for item in conf:
+        key, _, value = item.partition("=")
+        builder = builder.config(key.strip(), value.strip())
     spark = builder.getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
+    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+        # Spark's 200 is for clusters; two per core keeps a small machine's tasks few.
+        cores = spark.sparkContext.defaultParallelism
+        spark.conf.set("spark.sql.shuffle.partitions", str(min(200, max(2, 2 * cores))))
     spark.sparkContext.setLogLevel("WARN")
     return spark
 
@@ -178,7 +187,11 @@ def run(args: argparse.Namespace, *, default_master: str | None = None) -> int:
         print(f"kgroup report: no such file or directory: {', '.join(missing)}", file=sys.stderr)
         return 2
     started = time.monotonic()
-    spark = build_session(args.master or default_master, kafka=kafka)
+    bad_conf = [c for c in args.conf if "=" not in c]
+    if bad_conf:
+        print(f"kgroup report: --conf wants KEY=VALUE, not {bad_conf[0]!r}", file=sys.stderr)
+        return 2
+    spark = build_session(args.master or default_master, kafka=kafka, conf=args.conf)
     with Progress(spark, sys.stdout, quiet=args.quiet) as progress:
         progress(f"Spark {spark.version} on {spark.sparkContext.master}")
         if args.stream:

@@ -50,6 +50,7 @@ class Options:
     cooperative: float = 0.4  # share of cooperative groups
     stall_rate: float = 0.01  # per heartbeat
     fail_rate: float = 0.01  # per heartbeat
+    hosts: int = 0  # how many hosts the members run on (0: one per group, at least 2)
 
 
 @dataclass
@@ -204,15 +205,18 @@ class _Group:
 _HOST_SKEW: dict[str, int] = {}
 
 
-def simulate(seed: int, opts: Options | None = None) -> list[list[dict[str, Any]]]:
-    """Each member's events (dicts, ``seq`` order) for ``opts.groups`` groups."""
+def simulate(
+    seed: int, opts: Options | None = None, first_group: int = 0
+) -> list[list[dict[str, Any]]]:
+    """Each member's events (dicts, ``seq`` order) for ``opts.groups`` groups, named
+    ``group-<first_group>`` on."""
     opts = opts or Options()
     rng = random.Random(seed)
-    hosts = [f"host-{i}" for i in range(max(2, opts.groups))]
+    hosts = [f"host-{i}" for i in range(opts.hosts or max(2, opts.groups))]
     for h in hosts:
         _HOST_SKEW[h] = rng.randint(-int(opts.skew_ms * 1000), int(opts.skew_ms * 1000))
     out: list[list[dict[str, Any]]] = []
-    for gi in range(opts.groups):
+    for gi in range(first_group, first_group + opts.groups):
         g = _Group(rng, opts, gi, hosts)
         out.extend(m.events for m in _run_group(g, rng, opts))
     return out

@@ -18,13 +18,12 @@ from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from kgroup.analytics import TABLES
 from kgroup.analytics._members import members
 from kgroup.analytics._ownership import ownership
 from kgroup.analytics._pipeline import PipelineResult, collect_rows, run_pipeline
-from kgroup.analytics._read import EVENT_COLUMNS, classify, empty_source, read_files
+from kgroup.analytics._read import empty_source, event_faults, parse, read_files, valid_events
 from kgroup.analytics._safety import overlaps
 from tests.analytics._compare import assert_tables_equal
 from tests.analytics._logs import Options, fmt_ts, simulate, write_logs
@@ -51,8 +50,8 @@ def run(spark: SparkSession, paths: list[Path], out: Path, skew: float = 0.1) ->
 def ownership_of(spark: SparkSession, logs: Path) -> DataFrame:
     """The ownership intervals of the logs under ``logs`` (with ``from_seq``, as the
     overlap check reads them), without running the rest of the pipeline."""
-    events = classify(read_files(spark, [str(logs)]))
-    events = events.where(F.col("bad_reason").isNull()).select(*EVENT_COLUMNS)
+    parsed = parse(read_files(spark, [str(logs)]))
+    events = valid_events(parsed, event_faults(parsed))
     return ownership(events, members(events))
 
 
