@@ -27,10 +27,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from ._names import HISTOGRAM_EDGES_MS, UNKNOWN_MEMBER_ID
+from ._read import HEARTBEATS as _HEARTBEATS
 
 __all__ = ["heartbeat_failures", "heartbeat_health", "heartbeat_histogram"]
-
-_HEARTBEATS = ("member.heartbeat_ok", "member.heartbeat_failed")
 
 
 def _count(condition: Column) -> Column:

@@ -96,10 +96,12 @@ def start_stream(
     starting_offsets: str = "earliest",
     trigger_seconds: float = 5.0,
     progress: Callable[[str], None] = lambda _text: None,
+    collect: bool = True,
 ) -> StreamingQuery:
     """Start the streaming query (see the module docstring) and return it. After each
     micro-batch the tables under ``out`` are current and ``on_tables(result, started)``
-    runs (``started``: when the micro-batch began, ``time.monotonic()``)."""
+    runs (``started``: when the micro-batch began, ``time.monotonic()``; ``collect``: the
+    result carries the tables' rows)."""
     raw_dir = _fs.join(out, "_stream", "raw")
 
     def on_batch(batch: DataFrame, batch_id: int) -> None:
@@ -116,6 +118,7 @@ def start_stream(
             clock_skew_s=clock_skew_s,
             numbered_by_pos=True,
             progress=progress,
+            collect=collect,
         )
         on_tables(result, started)
 
@@ -137,7 +140,7 @@ def start_stream(
 
 def run_stream(spark: SparkSession, args: argparse.Namespace, progress: Any) -> int:
     """Run the streaming job until SIGINT / SIGTERM; 0 when it stopped cleanly."""
-    from .job import finish
+    from .job import finish, wants_html
 
     stop = threading.Event()
     query = start_stream(
@@ -150,6 +153,7 @@ def run_stream(spark: SparkSession, args: argparse.Namespace, progress: Any) -> 
         starting_offsets=args.starting_offsets,
         trigger_seconds=args.trigger_seconds,
         progress=progress,
+        collect=wants_html(args),
     )
     previous = _on_signals(stop.set)
     try:

@@ -44,6 +44,7 @@ from ._names import SCHEMA_VERSION
 __all__ = [
     "EVENT_COLUMNS",
     "EVENT_SCHEMA",
+    "HEARTBEATS",
     "bad_lines",
     "bad_records",
     "empty_source",
@@ -90,6 +91,9 @@ EVENT_SCHEMA = T.StructType(
         T.StructField(_CORRUPT, T.StringType()),
     ]
 )
+
+#: The heartbeat events (``kind`` ``heartbeat``).
+HEARTBEATS = ("member.heartbeat_ok", "member.heartbeat_failed")
 
 _REQUIRED = ("v", "ts", "seq", "member_uid", "event", "group", "host", "pid", "client_id")
 
@@ -151,7 +155,10 @@ def parse(source: DataFrame) -> DataFrame:
     The result has the event columns (:data:`EVENT_COLUMNS`, ``ts`` a UTC timestamp), the
     line's ``file``, ``blk`` and ``pos``, ``line_reason`` (why the line is not an event:
     ``malformed`` or ``unknown_version``; null when it is one), ``json_ok`` (the line was
-    JSON) and ``text`` (the raw line, kept only when it is not an event)."""
+    JSON), ``text`` (the raw line, kept only when it is not an event) and ``kind``
+    (``heartbeat`` for the heartbeat events, nine in ten of a log, ``other`` for the rest:
+    the staged lines are partitioned by it, so that the metrics that need no heartbeat
+    skip them unread)."""
     parsed = source.select(
         "file",
         "blk",
@@ -183,6 +190,9 @@ def parse(source: DataFrame) -> DataFrame:
         F.when(F.col("line_reason").isNotNull(), F.col("value")).alias("text"),
         *[c for c in EVENT_COLUMNS if c != "ts"],
         "ts",
+        F.when(F.col("event").isin(*HEARTBEATS), F.lit("heartbeat"))
+        .otherwise(F.lit("other"))
+        .alias("kind"),
     )
 
 
@@ -205,13 +215,14 @@ def event_faults(parsed: DataFrame) -> DataFrame:
 
 
 def valid_events(parsed: DataFrame, faults: DataFrame | None) -> DataFrame:
-    """The events: the valid lines of ``parsed`` less ``faults`` (None: there are none)."""
+    """The events: the valid lines of ``parsed`` less ``faults`` (None: there are none),
+    with ``kind``."""
     events = parsed.where(F.col("line_reason").isNull())
     if faults is not None:
         events = events.join(
             F.broadcast(faults.select("file", "pos")), ["file", "pos"], "left_anti"
         )
-    return events.select(*EVENT_COLUMNS)
+    return events.select(*EVENT_COLUMNS, "kind")
 
 
 def bad_lines(parsed: DataFrame, faults: DataFrame) -> DataFrame:

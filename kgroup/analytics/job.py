@@ -38,7 +38,7 @@ from kgroup.analytics._command import add_arguments
 from kgroup.analytics._pipeline import PipelineResult, run_pipeline
 from kgroup.analytics._read import empty_source, read_files
 
-__all__ = ["build_session", "main", "run"]
+__all__ = ["build_session", "main", "run", "wants_html"]
 
 
 def build_session(
@@ -124,6 +124,18 @@ class Progress:
             self._thread.join()
 
 
+def wants_html(args: argparse.Namespace) -> bool:
+    """Whether the run renders the HTML report (asked for, and the module is there): only
+    then are the tables' rows collected on the driver."""
+    if args.no_html:
+        return False
+    try:
+        import kgroup.analytics.report  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def _render_html(spark: SparkSession, result: PipelineResult, out: str, say: Any) -> str | None:
     """Write ``<out>/report.html`` with :func:`kgroup.analytics.report.render_html` when
     that module is installed; return its path, or None (with a note) when it is not."""
@@ -160,8 +172,11 @@ def _summary_text(result: PipelineResult, out: str, html: str | None, seconds: f
         f"  tables        {_fs.join(out, 'tables')}",
         f"  report        {html or '(no HTML report)'}",
     ]
-    if result.tables.get("overlaps"):
-        lines.append(f"  SAFETY        {len(result.tables['overlaps'])} overlapping claim(s)!")
+    if result.overlaps:
+        lines.append(
+            f"  SAFETY        {result.overlaps:,} overlapping claim(s): see "
+            f"{_fs.join(out, 'tables', 'overlaps')}"
+        )
     if result.truncated:
         lines.append(f"  note          report rows capped for: {', '.join(result.truncated)}")
     return "\n".join(lines)
@@ -219,6 +234,7 @@ def run(args: argparse.Namespace, *, default_master: str | None = None) -> int:
             clock_skew_s=args.clock_skew,
             numbered_by_pos=kafka,
             progress=progress,
+            collect=wants_html(args),
         )
         finish(spark, result, args, progress, started)
     return 0
