@@ -44,15 +44,16 @@ def heartbeat_health(events: DataFrame, members: DataFrame) -> DataFrame:
     late = ev == "heartbeat.late"
     rtt = F.when(hb, F.col("hb_rtt_ms"))
     lateness = F.when(hb, F.col("hb_late_ms"))
+    # One exact percentile aggregate per column, for both quantiles (each aggregate keeps
+    # its own count of every distinct value: two per column would do that twice).
+    quantiles = F.array(F.lit(0.5), F.lit(0.99))
     agg = (
         events.where(hb | late)
         .groupBy("member_uid")
         .agg(
             _count(hb).alias("heartbeats"),
-            F.percentile(rtt, F.lit(0.5)).alias("rtt_p50_ms"),
-            F.percentile(rtt, F.lit(0.99)).alias("rtt_p99_ms"),
-            F.percentile(lateness, F.lit(0.5)).alias("late_p50_ms"),
-            F.percentile(lateness, F.lit(0.99)).alias("late_p99_ms"),
+            F.percentile(rtt, quantiles).alias("rtt_q"),
+            F.percentile(lateness, quantiles).alias("late_q"),
             _count(failed).alias("failures"),
             _count(failed & (F.col("error_code") == UNKNOWN_MEMBER_ID)).alias("session_expiries"),
             _count(late).alias("stalls"),
@@ -66,10 +67,10 @@ def heartbeat_health(events: DataFrame, members: DataFrame) -> DataFrame:
         "member_uid",
         "host",
         F.coalesce(F.col("heartbeats"), zero).alias("heartbeats"),
-        "rtt_p50_ms",
-        "rtt_p99_ms",
-        "late_p50_ms",
-        "late_p99_ms",
+        F.col("rtt_q")[0].alias("rtt_p50_ms"),
+        F.col("rtt_q")[1].alias("rtt_p99_ms"),
+        F.col("late_q")[0].alias("late_p50_ms"),
+        F.col("late_q")[1].alias("late_p99_ms"),
         F.coalesce(F.col("failures"), zero).alias("failures"),
         F.coalesce(F.col("session_expiries"), zero).alias("session_expiries"),
         F.coalesce(F.col("stalls"), zero).alias("stalls"),

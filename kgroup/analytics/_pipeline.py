@@ -149,7 +149,7 @@ def run_pipeline(
     progress("bad records")
     bad = bad_lines(parsed, faults)
     if n_bad:
-        bad = bad_records(bad, source, numbered_by_pos=numbered_by_pos)
+        bad = bad_records(bad, parsed, numbered_by_pos=numbered_by_pos)
     else:
         bad = bad.select("file", F.col("pos").alias("line"), "reason", "member_uid", "seq", "text")
     bad = save(bad, "bad_records")

@@ -101,7 +101,7 @@ _REQUIRED = ("v", "ts", "seq", "member_uid", "event", "group", "host", "pid", "c
 EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA.fields if f.name not in ("v", _CORRUPT))
 
 _TS_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSX"
-_TS_SHAPE = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$"
+_TS_LENGTH = len("2026-11-26T07:01:02.123456Z")
 
 SOURCE_SCHEMA = T.StructType(
     [
@@ -134,13 +134,15 @@ def empty_source(spark: SparkSession) -> DataFrame:
     return spark.createDataFrame([], SOURCE_SCHEMA)
 
 
-def _parse_reason(p: Column) -> Column:
+def _parse_reason(p: Column, ts: Column) -> Column:
     """The reason a parsed line is not an event (null when it is one, as far as one line
-    can tell)."""
+    can tell). ``ts``: the line's ``ts`` parsed (null if it does not parse)."""
     missing = F.lit(False)
     for name in _REQUIRED:
         missing = missing | p[name].isNull()
-    bad_ts = ~F.coalesce(p["ts"].rlike(_TS_SHAPE), F.lit(False))
+    # The pattern's fields are fixed-width: with the length and the "Z", a ts that parses
+    # is exactly RFC 3339 UTC with microseconds (no regular expression per line).
+    bad_ts = ts.isNull() | (F.length(p["ts"]) != _TS_LENGTH) | ~p["ts"].endswith("Z")
     return (
         F.when(p[_CORRUPT].isNotNull() & p["v"].isNull(), F.lit("malformed"))
         .when(p["v"].isNotNull() & (p["v"] != SCHEMA_VERSION), F.lit("unknown_version"))
@@ -169,9 +171,11 @@ def parse(source: DataFrame) -> DataFrame:
         ).alias("p"),
     )
     p = F.col("p")
-    reason = F.when(p.isNull(), F.lit("malformed")).otherwise(_parse_reason(p))
+    with_ts = parsed.select("*", F.try_to_timestamp(p["ts"], F.lit(_TS_FORMAT)).alias("ts_parsed"))
+    ts = F.col("ts_parsed")
+    reason = F.when(p.isNull(), F.lit("malformed")).otherwise(_parse_reason(p, ts))
     columns = [p[c].alias(c) for c in EVENT_COLUMNS if c != "ts"]
-    first = parsed.select(
+    first = with_ts.select(
         "file",
         "blk",
         "pos",
@@ -179,7 +183,7 @@ def parse(source: DataFrame) -> DataFrame:
         (p.isNotNull() & p[_CORRUPT].isNull()).alias("json_ok"),
         F.col("value"),
         *columns,
-        F.try_to_timestamp(p["ts"], F.lit(_TS_FORMAT)).alias("ts"),
+        ts.alias("ts"),
     )
     return first.select(
         "file",
@@ -252,16 +256,17 @@ def bad_lines(parsed: DataFrame, faults: DataFrame) -> DataFrame:
     return lines.unionByName(events)
 
 
-def bad_records(bad: DataFrame, source: DataFrame, *, numbered_by_pos: bool) -> DataFrame:
+def bad_records(bad: DataFrame, lines: DataFrame, *, numbered_by_pos: bool) -> DataFrame:
     """The ``bad_records`` table (file, line, reason, member_uid, seq, text) from
     :func:`bad_lines`, with line numbers (1-based).
 
-    ``numbered_by_pos``: the source's ``pos`` is already the line's number (Kafka: the
-    offset); otherwise lines are counted per file split from ``source`` (a second, cheap
-    scan: no parsing)."""
+    ``numbered_by_pos``: ``pos`` is already the line's number (Kafka: the offset);
+    otherwise lines are counted per file split from ``lines``, every line with its
+    ``file``, ``blk`` and ``pos`` (the staged :func:`parse` output: only those three
+    columns are read)."""
     if numbered_by_pos:
         return bad.select("file", F.col("pos").alias("line"), "reason", "member_uid", "seq", "text")
-    blocks = source.groupBy("file", "blk").agg(
+    blocks = lines.groupBy("file", "blk").agg(
         F.min("pos").alias("first_pos"), F.count(F.lit(1)).alias("n")
     )
     wf = Window.partitionBy("file").orderBy("blk")

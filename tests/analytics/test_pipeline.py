@@ -261,6 +261,7 @@ def test_bad_records_have_file_line_and_reason(spark: SparkSession, tmp_path: Pa
         "",
         '{"v":1,"seq":"7"}',
         good[4],
+        dict(_line("m", 8, 8.0, "x"), ts="2026-13-18T10:00:00.000000Z"),  # no 13th month
     ]
     _write(tmp_path / "logs" / "a.jsonl", rows)
     # A gzipped, rotated file whose last line was cut.
@@ -308,6 +309,7 @@ def test_bad_records_have_file_line_and_reason(spark: SparkSession, tmp_path: Pa
         ("a.jsonl", 8, "out_of_order"),
         ("a.jsonl", 9, "malformed"),
         ("a.jsonl", 10, "malformed"),
+        ("a.jsonl", 12, "malformed"),
     ]
-    assert got.summary["events"] == 5 + 3000 and got.summary["bad_records"] == 8 + 6
+    assert got.summary["events"] == 5 + 3000 and got.summary["bad_records"] == 9 + 6
     assert got.summary["duplicates"] == 1 and got.summary["out_of_order"] == 1
