@@ -62,7 +62,12 @@ def build_session(
         builder = builder.config(key.strip(), value.strip())
     spark = builder.getOrCreate()
     spark.conf.set("spark.sql.session.timeZone", "UTC")
-    if not spark.sparkContext.getConf().contains("spark.sql.shuffle.partitions"):
+    given = spark.sparkContext.getConf()
+    if not given.contains("spark.sql.maxConcurrentOutputFileWriters"):
+        # The staged lines are written partitioned by kind: with a writer per partition
+        # open at once Spark need not sort every line by kind first.
+        spark.conf.set("spark.sql.maxConcurrentOutputFileWriters", "4")
+    if not given.contains("spark.sql.shuffle.partitions"):
         # Spark's 200 is for clusters; two per core keeps a small machine's tasks few.
         cores = spark.sparkContext.defaultParallelism
         spark.conf.set("spark.sql.shuffle.partitions", str(min(200, max(2, 2 * cores))))
