@@ -120,7 +120,10 @@ def run_pipeline(
 
     def stage(df: DataFrame, name: str, partition_by: str | None = None) -> DataFrame:
         path = _fs.join(work, name)
-        writer = df.write.mode("overwrite")
+        # Row groups of 32 MiB: with a writer per kind open in each task, Parquet's 128 MiB
+        # default would want more memory than a small driver has (it then shrinks them,
+        # with a warning per file).
+        writer = df.write.mode("overwrite").option("parquet.block.size", 32 * 1024 * 1024)
         if partition_by:
             writer = writer.partitionBy(partition_by)
         writer.parquet(path)
