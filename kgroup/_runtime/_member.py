@@ -531,8 +531,8 @@ class GroupMember:
         ``cooperative-sticky`` group that leaves on close first rejoins once, marked as
         leaving, keeping its partitions meanwhile; a kgroup leader gives them to nobody
         that generation and tells the others a follow-up rebalance is coming, and the member
-        then revokes and leaves, so its partitions are unowned for a tenth of a heartbeat
-        interval or so instead of up to a whole one. The rejoin takes up to three quarters
+        then revokes and leaves, so its partitions are unowned for milliseconds plus a
+        rebalance instead of up to a whole heartbeat interval. The rejoin takes up to three quarters
         of the budget (the others join it at their next heartbeat, so close() itself takes
         up to a heartbeat interval longer); on any failure, or under a leader that ignores
         the mark, close() releases and leaves as without it. Do not poll() the member from
