@@ -322,6 +322,7 @@ def hbars_svg(items: Sequence[tuple[str, float, str]], label: str, unit: str) ->
     for i, (name, value, tip) in enumerate(items):
         y = top + i * row
         bw = max(value / peak * (right - left), 0.5)
+        name = name if len(name) <= 52 else name[:51] + "…"  # the tooltip has it whole
         out.append(
             f'<text class="lanel" x="{_n(left - 6)}" y="{_n(y + 12)}">{esc(name)}</text>'
             f'<rect class="vbar" x="{_n(left)}" y="{_n(y + 2)}" width="{_n(bw)}" '
