@@ -235,7 +235,7 @@ def group_section(ix: Index, group: str, index: int, limits: ReportLimits, open_
     name = group_name(group)
     overlaps = len(ix.of(group, "overlaps"))
     badges = [
-        tag("span", f"{len(ix.of(group, 'churn')):,d} members", class_="badge"),
+        tag("span", f"{ix.members(group):,d} members", class_="badge"),
         tag("span", f"{len(ix.of(group, 'generations')):,d} generations", class_="badge"),
         tag("span", f"{len(ix.of(group, 'rebalances')):,d} rebalances", class_="badge"),
     ]

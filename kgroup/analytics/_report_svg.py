@@ -14,6 +14,7 @@ left out.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -98,9 +99,13 @@ def _svg(kind: str, label: str, width: float, height: float, body: list[str]) ->
 
 def _time_ticks(start: float, end: float, most: int = 8) -> list[tuple[float, str]]:
     span = end - start
-    step = next((s for s in _TIME_STEPS if span / s <= most), _TIME_STEPS[-1])
+    # Past the nicest steps (a log over months or a stray timestamp), whole days.
+    step = next((s for s in _TIME_STEPS if span / s <= most), None)
+    step = step if step is not None else math.ceil(span / most / 86400) * 86400.0
     first = -(-start // step) * step
     with_date = span > 86400
+    if span > 366 * 86400:
+        return [(at, fmt_ts(at)[:10]) for at in (start + span * k / most for k in range(most + 1))]
     ticks: list[tuple[float, str]] = []
     at = first
     while at <= end + 1e-9:

@@ -85,6 +85,15 @@ class Index:
         """The rows of table ``name`` for ``group``."""
         return self._by_group.get(group, {}).get(name, [])
 
+    def members(self, group: str | None = None) -> int:
+        """How many distinct members the churn, ownership and heartbeat tables name, in
+        ``group`` or (None) in all groups."""
+        seen: set[tuple[str, str]] = set()
+        for name in ("churn", "ownership", "heartbeat_health"):
+            rows = self.rows[name] if group is None else self.of(group, name)
+            seen.update((text(r, "group"), text(r, "member_uid")) for r in rows)
+        return len(seen)
+
     def who(self, uid: str) -> str:
         """A member as people know it: its member id when the tables give one, else its
         uid."""

@@ -195,7 +195,10 @@ def fmt_ts(seconds: float | None, *, time_only: bool = False) -> str:
     ``time_only``); ``—`` for None."""
     if seconds is None:
         return "—"
-    moment = datetime.fromtimestamp(seconds, UTC)
+    try:
+        moment = datetime.fromtimestamp(seconds, UTC)
+    except (OverflowError, OSError, ValueError):  # beyond what datetime can show
+        return f"{seconds:.3f} s since 1970"
     stamp = moment.strftime("%H:%M:%S" if time_only else "%Y-%m-%d %H:%M:%S")
     return f"{stamp}.{moment.microsecond // 1000:03d}"
 

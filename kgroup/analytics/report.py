@@ -225,7 +225,6 @@ def _safety(ix: Index, anchors: Mapping[str, str]) -> Html:
 
 def _summary(ix: Index) -> Html:
     row: Row = ix.rows["summary"][0] if ix.rows["summary"] else {}
-    members = {text(r, "group") + "\0" + text(r, "member_uid") for r in ix.rows["churn"]}
     groups = number(row, "groups")
     members_n = number(row, "members")
     start, end = _period(ix)
@@ -240,7 +239,7 @@ def _summary(ix: Index) -> Html:
         ("duplicates", fmt_int(number(row, "duplicates"))),
         ("out of order", fmt_int(number(row, "out_of_order"))),
         ("groups", fmt_int(groups if groups is not None else len(ix.groups))),
-        ("members", fmt_int(members_n if members_n is not None else len(members))),
+        ("members", fmt_int(members_n if members_n is not None else ix.members())),
         ("period (UTC)", period),
         ("job time", fmt_duration(number(row, "job_seconds"))),
     ]
@@ -266,7 +265,7 @@ def _groups(ix: Index, anchors: Mapping[str, str], limits: ReportLimits) -> Html
         overview.append(
             [
                 _group_link(anchors, group),
-                f"{len(ix.of(group, 'churn')):,d}",
+                f"{ix.members(group):,d}",
                 f"{len(ix.of(group, 'generations')):,d}",
                 f"{len(ix.of(group, 'rebalances')):,d}",
                 fmt_duration(number(stat, "p95_s")),

@@ -299,9 +299,23 @@ def test_bad_values_do_not_break_the_report() -> None:
     tables["churn"].append("not a row")
     tables["summary"] = [{"events": "many", "first_ts": 17, "last_ts": None}]
     tables["unknown_table"] = [{"x": 1}]
+    tables["generations"].append(
+        {"group": "group-000", "generation": 99, "first_ts": "9999-12-31T23:59:59.999999Z"}
+    )
     page = page_of(tables)
     assert page.sections == SECTIONS
     assert page.plots("groups")["timeline"] == 1
+    assert len(page.find("text", plot="timeline", class_="tickl")) <= 9  # not 8,000 years of weeks
+
+
+def test_members_are_counted_from_ownership_when_churn_is_empty() -> None:
+    tables = make_tables(groups=2, members=5)
+    del tables["churn"]
+    del tables["summary"]
+    page = page_of(tables)
+    assert "5 members" in page.all_text("groups")
+    assert len(page.find("tr", "summary")) == 8
+    assert "members 10" in " ".join(page.all_text("summary").split())
 
 
 def test_100_groups_of_50_members_render_quickly_to_a_sane_size(tmp_path: Path) -> None:
