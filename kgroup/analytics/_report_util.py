@@ -146,16 +146,15 @@ def text(row: Row, key: str) -> str:
 
 def number(row: Row, key: str) -> float | None:
     """The value at ``key`` as a finite float, or None (missing, null, not a number, NaN,
-    infinite). Booleans are not numbers here."""
+    infinite). Anything ``float()`` takes counts (``int``, ``Decimal`` from a Spark
+    decimal column, numpy scalars, numeric strings); booleans do not."""
     value = row.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        if not isinstance(value, str):
-            return None
-        try:
-            value = float(value)
-        except ValueError:
-            return None
-    result = float(value)
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        result = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
     return result if math.isfinite(result) else None
 
 

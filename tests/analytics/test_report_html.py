@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from decimal import Decimal
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -298,6 +299,7 @@ def test_bad_values_do_not_break_the_report() -> None:
     tables["heartbeat_histogram"].append({"group": "g", "metric": "rtt", "count": -3})
     tables["churn"].append("not a row")
     tables["summary"] = [{"events": "many", "first_ts": 17, "last_ts": None}]
+    tables["rebalance_stats"][0]["p95_s"] = Decimal("2.75")  # a Spark decimal column
     tables["unknown_table"] = [{"x": 1}]
     tables["generations"].append(
         {"group": "group-000", "generation": 99, "first_ts": "9999-12-31T23:59:59.999999Z"}
@@ -306,6 +308,7 @@ def test_bad_values_do_not_break_the_report() -> None:
     assert page.sections == SECTIONS
     assert page.plots("groups")["timeline"] == 1
     assert len(page.find("text", plot="timeline", class_="tickl")) <= 9  # not 8,000 years of weeks
+    assert "p95 2.8 s" in page.all_text("groups")
 
 
 def test_members_are_counted_from_ownership_when_churn_is_empty() -> None:
