@@ -41,6 +41,8 @@ table.kv th { padding-right: 18px; }
 .verdict { padding: 10px 14px; border-radius: 6px; font-weight: 600; margin: 8px 0; }
 .verdict.bad { background: var(--bad-bg); color: var(--bad); border: 1px solid var(--bad); }
 .verdict.ok { background: var(--ok-bg); color: var(--ok); border: 1px solid var(--ok); }
+.verdict.warn { background: #fff4e0; color: #7a4a00; border: 1px solid #c77800;
+  font-weight: 400; }
 .note, .cap { color: var(--muted); font-size: 13px; margin: 4px 0; }
 .empty { color: var(--muted); font-style: italic; }
 .badge { display: inline-block; padding: 0 7px; border-radius: 9px; font-size: 12px;

@@ -54,7 +54,9 @@ TABLES = (
     "heartbeat_failures",
     "heartbeat_histogram",
     "overlaps",
+    "bad_records",  # file, line, reason, member_uid, seq, text: no group
 )
+_PER_GROUP = TABLES[1:-1]
 
 
 class Index:
@@ -67,7 +69,7 @@ class Index:
             given = tables.get(name) or ()
             self.rows[name] = [row for row in given if isinstance(row, Mapping)]
         self._by_group: dict[str, dict[str, list[Row]]] = {}
-        for name in TABLES[1:]:
+        for name in _PER_GROUP:
             for row in self.rows[name]:
                 per = self._by_group.setdefault(text(row, "group"), {})
                 per.setdefault(name, []).append(row)
@@ -110,9 +112,9 @@ def partition_of(row: Row) -> int | None:
 
 
 def item_label(topic: str, partition: int | None) -> str:
-    """A partition as ``topic-3``; an item with no partition (the leadership) by its topic
-    field, or ``leader``."""
-    if partition is None:
+    """A partition as ``topic-3``. An item that is not a partition (the pipeline writes the
+    leadership as topic ``leader``, partition -1) by its topic field, or ``leader``."""
+    if partition is None or partition < 0:
         return topic or "leader"
     return f"{topic}-{partition}"
 

@@ -27,7 +27,7 @@ cuts something says so on the page. docs/guide/report-html.md explains how to re
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,7 @@ def render_html(
     out_path: str | os.PathLike[str],
     *,
     limits: ReportLimits | None = None,
+    truncated: Iterable[str] = (),
 ) -> Path:
     """Write the HTML report on ``tables`` to ``out_path`` and return its path.
 
@@ -85,11 +86,13 @@ def render_html(
             written whole and then renamed into place, so a reader never sees half a page.
         limits: how much to draw (:class:`ReportLimits`; the defaults suit 100 groups of
             50 members).
+        truncated: the names of the tables of which ``tables`` holds only the first rows
+            (the pipeline's ``PipelineResult.truncated``); the page warns about them.
 
     Returns:
         ``out_path`` as a :class:`~pathlib.Path`.
     """
-    page = build_html(tables, limits=limits)
+    page = build_html(tables, limits=limits, truncated=truncated)
     path = Path(out_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
@@ -99,15 +102,19 @@ def render_html(
 
 
 def build_html(
-    tables: Mapping[str, Sequence[Mapping[str, Any]]], *, limits: ReportLimits | None = None
+    tables: Mapping[str, Sequence[Mapping[str, Any]]],
+    *,
+    limits: ReportLimits | None = None,
+    truncated: Iterable[str] = (),
 ) -> str:
     """The report on ``tables`` as one HTML document (what :func:`render_html` writes)."""
     limits = limits or ReportLimits()
     ix = Index(tables)
+    cut = sorted(set(truncated))
     anchors = {group: f"group-{i}" for i, group in enumerate(ix.groups)}
     sections = [
-        ("safety", "Safety", _safety(ix, anchors)),
-        ("summary", "Summary", _summary(ix)),
+        ("safety", "Safety", _safety(ix, anchors, "overlaps" in cut)),
+        ("summary", "Summary", _summary(ix, limits)),
         ("groups", "Groups", _groups(ix, anchors, limits)),
         ("heartbeats", "Heartbeats", _heartbeats(ix, limits)),
         ("unavailability", "Unavailability", _unavailability(ix, limits)),
@@ -119,18 +126,31 @@ def build_html(
         for key, title, content in sections
     )
     start, end = _period(ix)
-    subtitle = (
+    subtitle = tag(
+        "p",
         f"{fmt_ts(start)} to {fmt_ts(end)} UTC ({fmt_duration(end - start)})"
         if start is not None and end is not None
-        else "No events in the period covered."
+        else "No events in the period covered.",
     )
+    if cut:
+        subtitle = Html(
+            subtitle
+            + tag(
+                "p",
+                "This report was handed only the first rows of the tables "
+                + ", ".join(cut)
+                + ": groups late in their order may look incomplete. The Parquet tables "
+                "are complete.",
+                class_="verdict warn",
+            )
+        )
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f'<meta http-equiv="Content-Security-Policy" content="{esc(csp())}">'
         '<link rel="icon" href="data:,"><title>kgroup membership report</title>'
         f"<style>{CSS}</style></head><body>"
-        f"<header><h1>kgroup membership report</h1>{tag('p', subtitle)}</header>"
+        f"<header><h1>kgroup membership report</h1>{subtitle}</header>"
         f"<nav>{nav}</nav><main>{body}</main><script>{JS}</script></body></html>\n"
     )
 
@@ -164,7 +184,7 @@ def _group_link(anchors: Mapping[str, str], group: str) -> Html:
 # -- safety -----------------------------------------------------------------------------------
 
 
-def _safety(ix: Index, anchors: Mapping[str, str]) -> Html:
+def _safety(ix: Index, anchors: Mapping[str, str], cut: bool) -> Html:
     overlaps = ix.rows["overlaps"]
     if not overlaps:
         if ix.rows["ownership"]:
@@ -187,7 +207,8 @@ def _safety(ix: Index, anchors: Mapping[str, str]) -> Html:
     allowances = sorted({a for r in rows if (a := number(r, "skew_allowance_s")) is not None})
     verdict = tag(
         "p",
-        f"{len(rows):,d} overlap{'s' if len(rows) != 1 else ''} found in {len(groups):,d} "
+        ("At least " if cut else "")
+        + f"{len(rows):,d} overlap{'s' if len(rows) != 1 else ''} found in {len(groups):,d} "
         f"group{'s' if len(groups) != 1 else ''}: two members claimed the same partition or "
         "the leadership at the same time.",
         class_="verdict bad",
@@ -217,13 +238,23 @@ def _safety(ix: Index, anchors: Mapping[str, str]) -> Html:
     ]
     headers = ["group", "partition", "member A", "host A", "member B", "host B", "from", "to"]
     headers += ["for", "skew allowance s"]
-    return Html(verdict + skew + table(headers, body, class_="overlaps", numeric=(8, 9)))
+    more = (
+        tag(
+            "p",
+            "Only the first overlaps were handed to this report; the Parquet table "
+            "overlaps lists them all.",
+            class_="verdict warn",
+        )
+        if cut
+        else Html("")
+    )
+    return Html(verdict + more + skew + table(headers, body, class_="overlaps", numeric=(8, 9)))
 
 
 # -- summary and the groups -------------------------------------------------------------------
 
 
-def _summary(ix: Index) -> Html:
+def _summary(ix: Index, limits: ReportLimits) -> Html:
     row: Row = ix.rows["summary"][0] if ix.rows["summary"] else {}
     groups = number(row, "groups")
     members_n = number(row, "members")
@@ -250,7 +281,39 @@ def _summary(ix: Index) -> Html:
     )
     if not ix.rows["summary"] and not ix.groups:
         return Html(tag("p", "The tables are empty: no events to report.", class_="empty") + out)
-    return out
+    return Html(out + _bad_records(ix.rows["bad_records"], limits.top))
+
+
+def _bad_records(rows: Sequence[Row], most: int) -> Html:
+    """Bad records by reason, with the first example of each (file, line, text)."""
+    if not rows:
+        return Html("")
+    per: dict[str, list[Row]] = {}
+    for row in rows:
+        per.setdefault(text(row, "reason") or "(no reason)", []).append(row)
+    ranked = sorted(per.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    body = []
+    for reason, examples in ranked[:most]:
+        first = examples[0]
+        sample = text(first, "text")
+        body.append(
+            [
+                reason,
+                f"{len(examples):,d}",
+                f"{text(first, 'file')}:{text(first, 'line')}",
+                sample if len(sample) <= 100 else sample[:99] + "…",
+            ]
+        )
+    return Html(
+        tag("h3", "Bad records by reason")
+        + tag(
+            "p",
+            "Skipped lines and events, counted among the rows handed to the report; the "
+            "pipeline's bad_records output lists each with its file and line.",
+            class_="note",
+        )
+        + table(["reason", "records", "first at", "first text"], body, numeric=(1,))
+    )
 
 
 def _groups(ix: Index, anchors: Mapping[str, str], limits: ReportLimits) -> Html:

@@ -129,10 +129,10 @@ def test_overlaps_come_first_with_both_members_hosts_times_and_allowance() -> No
             "seconds": 0.75,
             "skew_allowance_s": 0.2,
         },
-        {  # the leadership: no partition
+        {  # the leadership, as the pipeline writes it
             "group": "group-003",
-            "topic": None,
-            "partition": None,
+            "topic": "leader",
+            "partition": -1,
             "member_a": uid(3, 2),
             "member_b": uid(3, 0),
             "host_a": "host-2",
@@ -166,6 +166,7 @@ def test_overlaps_come_first_with_both_members_hosts_times_and_allowance() -> No
         "2.5 s",
     ):
         assert expected in safety, expected
+    assert "leader-" not in safety
     # The groups with an overlap lead the group list, open, and their timelines outline it.
     details = page.find("details", "groups", class_="group")
     assert [d["data-name"] for d in details] == ["group-002", "group-003", "group-000", "group-001"]
@@ -211,6 +212,10 @@ def test_every_string_from_the_data_is_escaped() -> None:
                     row[key] = HOSTILE[(i + j + 1) % len(HOSTILE)]
             if "metric" in row:
                 row["metric"] = HOSTILE[0]  # not a known metric: that histogram is dropped
+    tables["bad_records"] = [
+        {"file": HOSTILE[k], "line": k, "reason": HOSTILE[k - 1], "text": HOSTILE[k - 2]}
+        for k in range(len(HOSTILE))
+    ]
     source = build_html(tables)
     for bad in HOSTILE:
         assert bad not in source
@@ -336,3 +341,32 @@ def test_100_groups_of_50_members_render_quickly_to_a_sane_size(tmp_path: Path) 
     assert len(page.find("text", "groups", class_="lanel")) == 100 * 30
     assert len([r for r in page.find("rect", plot="timeline") if "fill" in r]) == 100 * 200
     assert "30 of 50 members drawn" in page.all_text("groups")
+
+
+def test_bad_records_are_summed_by_reason_with_a_first_example() -> None:
+    tables = make_tables(groups=1, members=2)
+    tables["bad_records"] = [
+        {"file": "a.jsonl", "line": 7, "reason": "malformed", "text": "{oops"},
+        {"file": "a.jsonl", "line": 9, "reason": "malformed", "text": "x" * 300},
+        {"file": "b.jsonl", "line": 1, "reason": "unknown_version", "text": '{"v": 9}'},
+    ]
+    page = page_of(tables)
+    summary = " ".join(page.all_text("summary").split())
+    assert "Bad records by reason" in summary
+    assert "malformed 2 a.jsonl:7 {oops" in summary
+    assert 'unknown_version 1 b.jsonl:1 {"v": 9}' in summary
+    assert page_of(make_tables(1, 2)).all_text("summary").count("Bad records by reason") == 0
+
+
+def test_tables_handed_over_in_part_are_flagged() -> None:
+    tables = make_tables(groups=1, members=2, overlaps=3)
+    page = Page(build_html(tables, truncated=["overlaps", "ownership"]))
+    warned = [
+        where
+        for name, attrs, where, _ in page.tags
+        if name == "p" and attrs.get("class") == "verdict warn"
+    ]
+    assert warned == [None, "safety"]  # under the title, and in the safety section
+    assert "At least 3 overlaps found" in page.all_text("safety")
+    assert "first rows of the tables overlaps, ownership" in page.all_text(None)
+    assert page_of(tables).find("p", class_="verdict warn") == []
