@@ -38,6 +38,8 @@ th { color: var(--muted); font-weight: 600; }
 td { overflow-wrap: break-word; max-width: 420px; }
 .num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 table.kv th { padding-right: 18px; }
+table.overlaps td:nth-child(-n+2), table.overlaps td:nth-child(4),
+table.overlaps td:nth-child(n+6) { white-space: nowrap; }
 .verdict { padding: 10px 14px; border-radius: 6px; font-weight: 600; margin: 8px 0; }
 .verdict.bad { background: var(--bad-bg); color: var(--bad); border: 1px solid var(--bad); }
 .verdict.ok { background: var(--ok-bg); color: var(--ok); border: 1px solid var(--ok); }

@@ -9,6 +9,7 @@ The cross-group sections are in :mod:`kgroup.analytics.report`.
 from __future__ import annotations
 
 import math
+import re
 
 from kgroup.analytics._report_svg import Bar, Lane, Mark, Timeline, bars_svg, timeline_svg
 from kgroup.analytics._report_tables import (
@@ -108,30 +109,32 @@ def build_timeline(ix: Index, group: str, limits: ReportLimits) -> tuple[Timelin
             lanes[uid] = _lane(ix, uid)
             first[uid] = timestamp(row, "first_ts") or end
     notes: list[Html] = []
-    keys = sorted(lanes, key=lambda k: (k not in in_overlap, -owned.get(k, -1.0), k))
-    if len(keys) > limits.lanes:
+    most = limits.intervals_per_group(len(ix.groups))
+    chosen, total = _choose_lanes(lanes, in_overlap, owned, limits.lanes, most)
+    if len(chosen) < len(lanes):
         notes.append(
             cap_note(
-                f"{limits.lanes} of {len(keys)} members drawn: those in an overlap first, "
-                "then those that owned partitions longest."
+                f"{len(chosen)} of {len(lanes)} members drawn, each with all its intervals "
+                f"(at most {limits.lanes} lanes and {most:,d} intervals): those in an overlap "
+                "first, then those that owned partitions longest."
             )
         )
-        keys = keys[: limits.lanes]
-    keys.sort(key=lambda k: (first.get(k, end), lanes[k].label, k))
-    chosen = [lanes[k] for k in keys]
-    all_bars = [bar for lane in chosen for bar in lane.bars]
-    most = limits.intervals_per_group(len(ix.groups))
-    if len(all_bars) > most:
-        ranked = sorted(all_bars, key=lambda b: (id(b) not in urgent, b.start - b.end))
+    if total > most:  # one lane (or the overlap lanes) alone is over the budget
+        ranked = sorted(
+            (b for lane in chosen for b in lane.bars),
+            key=lambda b: (id(b) not in urgent, b.start - b.end),
+        )
         keep = {id(b) for b in ranked[:most]}
         for lane in chosen:
             lane.bars = [b for b in lane.bars if id(b) in keep]
         notes.append(
             cap_note(
-                f"{most:,d} of {len(all_bars):,d} ownership intervals drawn: "
-                "those of an overlapping partition first, then the longest."
+                f"{most:,d} of {total:,d} ownership intervals of these members drawn: "
+                "those of an overlapping partition first, then the longest; a gap in a "
+                "lane may be an interval left out."
             )
         )
+    chosen.sort(key=lambda lane: (first.get(lane.key, end), _natural(lane.label), lane.key))
     return (
         Timeline(
             start,
@@ -142,6 +145,39 @@ def build_timeline(ix: Index, group: str, limits: ReportLimits) -> tuple[Timelin
             [_overlap_mark(ix, row, end) for row in overlaps],
         ),
         Html("".join(notes)),
+    )
+
+
+def _choose_lanes(
+    lanes: dict[str, Lane],
+    in_overlap: set[str],
+    owned: dict[str, float],
+    most_lanes: int,
+    most_bars: int,
+) -> tuple[list[Lane], int]:
+    """The lanes to draw and how many bars they hold. Whole lanes, in priority order
+    (members in an overlap, then by time owned), while their bars fit in ``most_bars``:
+    a lane with some of its intervals left out would show gaps in ownership that never
+    happened. The first lane and the overlap lanes are drawn even over the budget."""
+    order = sorted(lanes, key=lambda k: (k not in in_overlap, -owned.get(k, -1.0), k))
+    chosen: list[Lane] = []
+    total = 0
+    for key in order:
+        size = len(lanes[key].bars)
+        if total + size <= most_bars or not chosen or key in in_overlap:
+            chosen.append(lanes[key])
+            total += size
+            if len(chosen) == most_lanes:
+                break
+    return chosen, total
+
+
+def _natural(label: str) -> tuple[tuple[int, int | str], ...]:
+    """A sort key that orders ``consumer-2`` before ``consumer-10``."""
+    return tuple(
+        (0, int(part)) if part.isdigit() else (1, part)
+        for part in re.split(r"(\d+)", label)
+        if part
     )
 
 

@@ -239,51 +239,81 @@ def test_the_content_security_policy_allows_only_the_inline_style_and_script() -
     assert "unsafe-inline" not in policy and "http" not in policy
 
 
-def test_caps_limit_what_is_drawn_and_say_so() -> None:
+def capped_tables(**overlap: int) -> dict[str, list[dict[str, Any]]]:
+    """One group of 12 members, 10 generations, 24 partitions: each member owns 20
+    intervals. With ``a`` and ``b``, those two members overlap on partition 23."""
     tables = make_tables(groups=1, members=12, rebalances=9, partitions=24)
-    # The two members in an overlap are among the last by time owned; they are drawn.
-    tables["overlaps"] = [
-        {
-            "group": "group-000",
-            "topic": "orders-0",
-            "partition": 23,
-            "member_a": uid(0, 10),
-            "member_b": uid(0, 11),
-            "host_a": "host-3",
-            "host_b": "host-4",
-            "from_ts": ts(30),
-            "to_ts": ts(31),
-            "seconds": 1.0,
-            "skew_allowance_s": 0.1,
-        }
-    ]
-    page = page_of(tables, lanes=4, intervals=15, marks=3, rows=2, bars=2, top=3)
-    lanes = page.find("text", "groups", class_="lanel")
-    assert len(lanes) == 4
-    bars = [r for r in page.find("rect", plot="timeline") if "fill" in r]
-    assert len(bars) == 15
+    if overlap:
+        tables["overlaps"] = [
+            {
+                "group": "group-000",
+                "topic": "orders-0",
+                "partition": 23,
+                "member_a": uid(0, overlap["a"]),
+                "member_b": uid(0, overlap["b"]),
+                "host_a": "host-3",
+                "host_b": "host-4",
+                "from_ts": ts(30),
+                "to_ts": ts(31),
+                "seconds": 1.0,
+                "skew_allowance_s": 0.1,
+            }
+        ]
+    return tables
+
+
+def timeline_bars(page: Page) -> int:
+    return len([r for r in page.find("rect", plot="timeline") if "fill" in r])
+
+
+def test_caps_limit_what_is_drawn_and_say_so() -> None:
+    page = page_of(capped_tables(), lanes=4, marks=3, rows=2, bars=2, top=3)
+    assert len(page.find("text", "groups", class_="lanel")) == 4
+    assert timeline_bars(page) == 4 * 20  # whole lanes
     group_text = page.all_text("groups")
     for note in (
-        "4 of 12 members drawn",
-        "15 of",  # of the intervals of the four lanes drawn
+        "4 of 12 members drawn, each with all its intervals (at most 4 lanes",
         "One generation line in 4 drawn (10 generations)",
         "The 3 longest of 9 rebalances shaded",
         "The 2 longest of 9 rebalances listed",
         "The 2 worst of 9 rebalances charted",
+        "The 2 worst of 4 partitions listed",
         "The 2 of 12 members with the latest p99 listed",
         "The 2 most flapping of 12 members listed",
     ):
         assert note in group_text, note
+    assert "ownership intervals of these members drawn" not in group_text
     assert len(page.find("line", plot="timeline", class_="gen")) == 3
     assert len(page.find("rect", plot="timeline", class_="rb")) == 3
-    assert sum(1 for _ in page.find("p", class_="cap")) >= 10
-    # The overlapping members' lanes are drawn and their bars on the partition kept.
-    drawn = " ".join(page.text.get("groups", []))
-    assert "consumer-0-10" in drawn and "consumer-0-11" in drawn
-    assert len(page.find("rect", plot="timeline", class_="ov")) == 2
-    # Across groups: top 3 rows (plus the header) in the churn and health tables.
+    assert len(page.find("p", class_="cap", section="groups")) == 8
+    # Across groups, the top 3: rebalances, partitions, latest members, flapping members.
+    assert len(page.find("p", class_="cap")) == 8 + 4
     assert len(page.find("tr", "churn")) == 1 + 3
     assert "The 3 most flapping of 12 members listed" in page.all_text("churn")
+    assert "The 3 of 12 members with the latest p99 listed" in page.all_text("heartbeats")
+
+
+def test_the_timeline_draws_whole_lanes_within_the_interval_budget() -> None:
+    # 45 intervals: two members' 20 each fit, a third's would not. A lane missing some
+    # of its intervals would show gaps in ownership that never happened.
+    page = page_of(capped_tables(), intervals=45)
+    assert len(page.find("text", "groups", class_="lanel")) == 2
+    assert timeline_bars(page) == 2 * 20
+    assert "2 of 12 members drawn, each with all its intervals" in page.all_text("groups")
+
+
+def test_members_in_an_overlap_are_drawn_even_over_the_budget() -> None:
+    # By time owned, members 10 and 11 would not be first; in an overlap they are, and both
+    # lanes are drawn although together they hold 40 intervals, over the budget of 15.
+    page = page_of(capped_tables(a=10, b=11), intervals=15)
+    labels = " ".join(page.all_text("groups").split())
+    assert len(page.find("text", "groups", class_="lanel")) == 2
+    assert "consumer-0-10" in labels and "consumer-0-11" in labels
+    assert timeline_bars(page) == 15
+    assert "15 of 40 ownership intervals of these members drawn" in labels
+    # Member 11's interval on the overlapping partition is among the 15 kept.
+    assert "orders-0-23 12:00:00.000 to 12:01:00.000" in labels
+    assert len(page.find("rect", plot="timeline", class_="ov")) == 2
 
 
 def test_the_interval_budget_is_shared_between_groups() -> None:
@@ -338,9 +368,10 @@ def test_100_groups_of_50_members_render_quickly_to_a_sane_size(tmp_path: Path) 
     assert size < 10_000_000
     page = Page(out.read_text(encoding="utf-8"))
     assert page.plots("groups")["timeline"] == 100
-    assert len(page.find("text", "groups", class_="lanel")) == 100 * 30
-    assert len([r for r in page.find("rect", plot="timeline") if "fill" in r]) == 100 * 200
-    assert "30 of 50 members drawn" in page.all_text("groups")
+    # 200 intervals per group (20,000 over 100 groups), 26 per member: 7 whole lanes.
+    assert len(page.find("text", "groups", class_="lanel")) == 100 * 7
+    assert timeline_bars(page) == 100 * 7 * 26
+    assert "7 of 50 members drawn, each with all its intervals" in page.all_text("groups")
 
 
 def test_bad_records_are_summed_by_reason_with_a_first_example() -> None:
