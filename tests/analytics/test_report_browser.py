@@ -6,7 +6,8 @@ printed).
 
 Playwright never downloads a browser here: it launches the system's Chromium through
 ``executable_path``. The module launches it once. It skips only when no Chromium is
-installed (``bash .ci/install-system-deps.sh`` installs it).
+installed (``bash .ci/install-system-deps.sh`` installs it); under ``CI`` it fails instead,
+as the broker fixtures do.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
 
 from kgroup.analytics.report import render_html
+from kgroup.testing._fixture_support import on_ci
 from tests.analytics.report_rows import make_tables, ts, uid
 from tests.analytics.test_report_html import HOSTILE
 
@@ -38,10 +40,13 @@ def _chromium() -> str | None:
 def browser() -> Iterator[Browser]:
     executable = _chromium()
     if executable is None:
-        pytest.skip(
+        reason = (
             "no Chromium found (/usr/bin/chromium, chromium on PATH or $KGROUP_CHROMIUM); "
             "install it with `apt-get install -y chromium` or `bash .ci/install-system-deps.sh`"
         )
+        if on_ci():  # as the broker fixtures do: under CI a missing browser is a failure
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(executable_path=executable, headless=True)
         try:
