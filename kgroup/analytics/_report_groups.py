@@ -107,7 +107,8 @@ def build_timeline(ix: Index, group: str, limits: ReportLimits) -> tuple[Timelin
         uid = text(row, "member_uid")
         if uid and uid not in lanes:
             lanes[uid] = _lane(ix, uid)
-            first[uid] = timestamp(row, "first_ts") or end
+            seen = timestamp(row, "first_ts")
+            first[uid] = end if seen is None else seen
     notes: list[Html] = []
     most = limits.intervals_per_group(len(ix.groups))
     chosen, total = _choose_lanes(lanes, in_overlap, owned, limits.lanes, most)
@@ -231,7 +232,8 @@ def _rebalance_marks(ix: Index, group: str, limits: ReportLimits, notes: list[Ht
 
 
 def _overlap_mark(ix: Index, row: Row, end: float) -> Mark:
-    a = timestamp(row, "from_ts") or end
+    a = timestamp(row, "from_ts")
+    a = end if a is None else a
     b = timestamp(row, "to_ts")
     item = item_label(text(row, "topic"), partition_of(row))
     ma, mb = text(row, "member_a"), text(row, "member_b")
@@ -298,6 +300,12 @@ def group_section(ix: Index, group: str, index: int, limits: ReportLimits, open_
     )
 
 
+def _duration_or_inf(row: Row) -> float:
+    """A rebalance's duration; one with none (it never completed) counts as longest."""
+    duration = number(row, "duration_s")
+    return math.inf if duration is None else duration
+
+
 def _rebalances(ix: Index, group: str, limits: ReportLimits) -> Html:
     rows = ix.of(group, "rebalances")
     out = [tag("h3", "Rebalances")]
@@ -316,7 +324,7 @@ def _rebalances(ix: Index, group: str, limits: ReportLimits) -> Html:
         return Html("".join(out))
     if len(rows) > limits.rows:
         out.append(cap_note(f"The {limits.rows} longest of {len(rows):,d} rebalances listed."))
-        rows = sorted(rows, key=lambda r: number(r, "duration_s") or 0.0)[-limits.rows :]
+        rows = sorted(rows, key=_duration_or_inf)[-limits.rows :]
     rows = sorted(rows, key=lambda r: (number(r, "rebalance_id") or 0.0, text(r, "start_ts")))
     out.append(
         table(

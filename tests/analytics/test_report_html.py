@@ -293,6 +293,17 @@ def test_caps_limit_what_is_drawn_and_say_so() -> None:
     assert "The 3 of 12 members with the latest p99 listed" in page.all_text("heartbeats")
 
 
+def test_a_rebalance_that_never_completed_is_listed_among_the_longest() -> None:
+    tables = capped_tables()
+    unfinished = tables["rebalances"][4]
+    unfinished.update(end_ts=None, duration_s=None, complete=False)
+    page = page_of(tables, rows=2)
+    cells = [" ".join(row.split()) for row in page.text["groups"]]
+    assert "The 2 longest of 9 rebalances listed." in cells
+    listed = build_html(tables, limits=ReportLimits(rows=2)).split("<td")
+    assert sum(1 for cell in listed if cell.startswith(">no<")) == 1  # completed: no
+
+
 def test_the_timeline_draws_whole_lanes_within_the_interval_budget() -> None:
     # 45 intervals: two members' 20 each fit, a third's would not. A lane missing some
     # of its intervals would show gaps in ownership that never happened.
