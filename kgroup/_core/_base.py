@@ -147,6 +147,7 @@ class MemberBase:
         #: When the last heartbeat was sent (for the lease-renewal heartbeat).
         self._last_heartbeat_sent_at: float | None = None
         self._join_answered_at = now
+        self._sync_answered_at = now
         self._sync_sent_at = now
         # (member id, protocols) -> send time of the first JoinGroup carrying them.
         self._join_first_sent: dict[tuple[str, tuple[tuple[str, bytes], ...]], float] = {}

@@ -324,9 +324,9 @@ class RebalanceDriver:
             raise
         await self.run_calls(completion.calls, errors)
         with shared.step() as core:
-            if completion.rejoin_reason:
-                core.request_rejoin(completion.rejoin_reason)
-            core.join_completed(shared.now(), follow_up=completion.follow_up)
+            core.join_completed(
+                shared.now(), follow_up=completion.follow_up, rejoin=completion.rejoin_reason
+            )
             rebalance_ms = core.last_rebalance_ms
             member_id = core.generation.member_id
         logger.info(
