@@ -137,11 +137,10 @@ class DirectorySink:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 done += n
         except OSError:
-            if done:
-                try:  # no half line: back to the last whole one
-                    os.ftruncate(fd, self._size)
-                except OSError:
-                    pass
+            try:  # no half line: back to the last whole one
+                os.ftruncate(fd, self._size)
+            except OSError:
+                pass
             raise
         self._size += len(payload)
 

@@ -187,9 +187,10 @@ class QueueWriter:
         """Wake the sleeping thread (called under ``_cond``)."""
         self._cond.notify()
 
-    def _count_lost(self, context: MemberContext, count: int) -> None:
-        """Under ``_cond``."""
-        self.dropped += count
+    def _count_lost(self, context: MemberContext, count: int, *, new: bool = True) -> None:
+        """Under ``_cond``: ``count`` drops to tell (``new``: not counted before)."""
+        if new:
+            self.dropped += count
         known = self._lost.get(context.member_uid)
         self._lost[context.member_uid] = (context, count + (known[1] if known else 0))
 
@@ -199,7 +200,8 @@ class QueueWriter:
             return
         with self._cond:
             for line in lines:
-                self._count_lost(line.context, line.weight)
+                # A lost eventlog.dropped line: its drops were counted when they happened.
+                self._count_lost(line.context, line.weight, new=not line.told)
 
     def _take(self) -> tuple[list[Record], dict[str, tuple[MemberContext, int]], bool] | None:
         """Everything queued, the drops to tell, and whether the writer closes; None when
@@ -225,11 +227,11 @@ class QueueWriter:
         self, batch: list[Record], lost: dict[str, tuple[MemberContext, int]], now_ns: int
     ) -> list[Line]:
         """The batch's lines, numbered: first one ``eventlog.dropped`` per stream with
-        drops, then the records. A record that cannot be serialised is dropped."""
+        drops, then the records. A record that cannot be serialised is dropped, and an
+        ``eventlog.dropped`` line takes its place."""
         lines: list[Line] = []
         for context, count in lost.values():
-            record = Record(now_ns, context, "eventlog.dropped", {}, {"dropped": count})
-            lines.append(self._line(record, count))
+            lines.append(self._dropped_line(now_ns, context, count))
         failed = 0
         for record in batch:
             try:
@@ -237,7 +239,8 @@ class QueueWriter:
             except Exception as exc:  # a field no JSON can hold: lose the event, not the log
                 failed += 1
                 with self._cond:
-                    self._count_lost(record.context, 1)
+                    self.dropped += 1
+                lines.append(self._dropped_line(record.ts_ns, record.context, 1))
                 if failed == 1:
                     logger.warning(
                         "eventlog.write_failed",
@@ -246,6 +249,10 @@ class QueueWriter:
                         error=f"cannot serialise {record.event}: {exc!r}",
                     )
         return lines
+
+    def _dropped_line(self, ts_ns: int, context: MemberContext, count: int) -> Line:
+        record = Record(ts_ns, context, "eventlog.dropped", {}, {"dropped": count})
+        return self._line(record, count)
 
     def _line(self, record: Record, told: int) -> Line:
         uid = record.context.member_uid

@@ -1,0 +1,112 @@
+"""What the event log's tests share: reading a log directory in order, validating every
+line against the shipped schema (``kgroup/events/schema.json``, with ``jsonschema``), and
+the invariants every member stream must keep."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+
+from kgroup.events import load_schema
+
+_VALIDATOR = jsonschema.Draft202012Validator(load_schema())
+_INDEX = re.compile(r"^(?P<base>.*?)(?:\.(?P<index>\d+))?\.jsonl$")
+
+#: The top-level fields the schema defines; a writer adds no others.
+SCHEMA_FIELDS = frozenset(load_schema()["properties"])
+
+
+def log_files(directory: Path) -> list[Path]:
+    """Every ``*.jsonl`` file under ``directory``, each member's files in rotation order."""
+
+    def key(path: Path) -> tuple[str, int]:
+        match = _INDEX.match(path.name)
+        assert match is not None, path
+        return match.group("base"), int(match.group("index") or 0)
+
+    return sorted(directory.rglob("*.jsonl"), key=key)
+
+
+def parse(text: str) -> list[dict[str, Any]]:
+    """Lines of a log (each newline-terminated), as objects."""
+    assert text == "" or text.endswith("\n"), "the last line is not terminated"
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def read_dir(directory: Path) -> list[dict[str, Any]]:
+    lines: list[dict[str, Any]] = []
+    for path in log_files(directory):
+        lines.extend(parse(path.read_text(encoding="utf-8")))
+    return lines
+
+
+def validate(lines: Iterable[dict[str, Any]]) -> None:
+    """Every line is valid against the schema and has no field the schema lacks."""
+    for line in lines:
+        errors = sorted(_VALIDATOR.iter_errors(line), key=str)
+        assert not errors, f"{line}: {errors[0].message}"
+        assert set(line) <= SCHEMA_FIELDS, set(line) - SCHEMA_FIELDS
+
+
+def streams(lines: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Lines per ``member_uid``, in the order written."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        out.setdefault(line["member_uid"], []).append(line)
+    return out
+
+
+def check_stream(stream: list[dict[str, Any]], *, closed: bool = True) -> None:
+    """One member's lines: seq 0, 1, 2 ... in file order with no gap, ts never going back,
+    ``eventlog.started`` first and (``closed``) ``eventlog.stopped`` last, ``member.closed``
+    or ``member.aborted`` just before it; no drops."""
+    assert [line["seq"] for line in stream] == list(range(len(stream)))
+    stamps = [line["ts"] for line in stream]
+    assert stamps == sorted(stamps)
+    assert stream[0]["event"] == "eventlog.started"
+    assert not [line for line in stream if line["event"] == "eventlog.dropped"]
+    if closed:
+        assert stream[-1]["event"] == "eventlog.stopped"
+        assert stream[-2]["event"] in ("member.closed", "member.aborted")
+
+
+def partitions(items: list[dict[str, Any]] | None) -> frozenset[tuple[str, int]]:
+    return frozenset((i["topic"], i["partition"]) for i in items or ())
+
+
+def callbacks_in_log(stream: list[dict[str, Any]]) -> list[tuple[str, frozenset[tuple[str, int]]]]:
+    """(callback name, partitions) of the stream's three partition events, in order."""
+    names = {
+        "member.partitions_assigned": ("on_partitions_assigned", "assigned"),
+        "member.partitions_revoked": ("on_partitions_revoked", "revoked"),
+        "member.partitions_lost": ("on_partitions_lost", "lost"),
+    }
+    out = []
+    for line in stream:
+        if line["event"] in names:
+            callback, field = names[line["event"]]
+            out.append((callback, partitions(line[field])))
+    return out
+
+
+def check_owned(stream: list[dict[str, Any]]) -> frozenset[tuple[str, int]]:
+    """``owned`` on each partition event is what the events so far leave the member;
+    returns what the last one leaves."""
+    owned: frozenset[tuple[str, int]] = frozenset()
+    for line in stream:
+        event = line["event"]
+        if event == "member.partitions_assigned":
+            owned |= partitions(line["assigned"])
+        elif event == "member.partitions_revoked":
+            owned -= partitions(line["revoked"])
+        elif event == "member.partitions_lost":
+            owned -= partitions(line["lost"])
+        else:
+            continue
+        assert partitions(line["owned"]) == owned, line
+    return owned
