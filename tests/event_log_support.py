@@ -4,6 +4,7 @@ the invariants every member stream must keep."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Iterable
@@ -110,3 +111,30 @@ def check_owned(stream: list[dict[str, Any]]) -> frozenset[tuple[str, int]]:
             continue
         assert partitions(line["owned"]) == owned, line
     return owned
+
+
+def check_no_overlap(lines: Iterable[dict[str, Any]]) -> int:
+    """No partition claimed by two members at once, by the contract's rules: a claim runs
+    from the ``ts`` of the assignment that gives it to the ``ts`` of the revoke or loss
+    that takes it, or to the member's last line. (One host: no clock skew to allow for.)
+    Returns how many claims there were."""
+    claims: dict[tuple[str, int], list[tuple[str, str, str]]] = {}
+    for uid, stream in streams(lines).items():
+        open_since: dict[tuple[str, int], str] = {}
+        for line in stream:
+            event = line["event"]
+            if event == "member.partitions_assigned":
+                for tp in partitions(line["assigned"]):
+                    open_since.setdefault(tp, line["ts"])
+            elif event in ("member.partitions_revoked", "member.partitions_lost"):
+                field = "revoked" if event == "member.partitions_revoked" else "lost"
+                for tp in partitions(line[field]):
+                    if tp in open_since:
+                        claims.setdefault(tp, []).append((open_since.pop(tp), line["ts"], uid))
+        for tp, since in open_since.items():
+            claims.setdefault(tp, []).append((since, stream[-1]["ts"], uid))
+    for tp, spans in claims.items():
+        spans.sort()
+        for (_, end, first), (start, _, second) in itertools.pairwise(spans):
+            assert end <= start, f"{tp} claimed by {first} until {end} and {second} from {start}"
+    return sum(len(spans) for spans in claims.values())
