@@ -295,6 +295,10 @@ class QueueWriter:
             self._run()
         finally:
             with self._cond:
+                for record in self._queue:  # never written: counted
+                    self._count_lost(record.context, 1)
+                self._queue.clear()
+                self._closing = True  # put() refuses (and counts) from now on
                 self._exited = True
                 callbacks, self._on_exit = self._on_exit, []
             for callback in callbacks:

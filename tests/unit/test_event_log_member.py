@@ -320,3 +320,26 @@ async def test_without_an_event_log_there_is_no_recorder(group: Group) -> None:
     assert a._shared.recorder is None
     assert not eventlog_threads()
     assert a.stats().event_log_dropped == 0
+
+
+async def test_an_unreachable_event_topic_never_disturbs_the_membership(group: Group) -> None:
+    """The topic sink's producer cannot connect (nothing listens on the port): the member
+    joins and heartbeats as usual, the failure is reported once, close() is prompt and
+    every record is counted as dropped."""
+    with capture_logs() as logs:
+        a = await group.start(bootstrap_servers="127.0.0.1:1", event_log_topic="events")
+        await group.wait(lambda: group.covered(a))
+        beats = group.seen.count("member.heartbeat_ok")
+        await group.wait(lambda: group.seen.count("member.heartbeat_ok") >= beats + 3)
+        await group.wait(lambda: any(e["event"] == "eventlog.write_failed" for e in logs))
+        await group.stop_polling(a)
+        started = time.monotonic()
+        await a.close()
+        assert time.monotonic() - started < 3
+    assert a.closed
+    failures = [e for e in logs if e["event"] == "eventlog.write_failed"]
+    assert len(failures) == 1 and failures[0]["sink"] == "topic events"
+    # Every record was dropped: eventlog.started, each member event, eventlog.stopped.
+    recorded = 2 + sum(1 for e in logs if e["event"].startswith(("member.", "heartbeat.")))
+    assert a.stats().event_log_dropped == recorded
+    assert not eventlog_threads()
