@@ -197,3 +197,47 @@ async def test_the_topic_sink_carries_the_same_lines_as_the_file(
     for uid in uids:
         check_stream(by_topic[uid])  # one partition per member: in order, no gap
         assert by_topic[uid] == by_file[uid]  # the same records, stamped once
+
+
+def test_the_demo_writes_an_event_log(
+    tansu_broker: Broker, unique_group: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``kgroup demo --event-log DIR``: three members' logs, one aborted, none overlapping."""
+    from kgroup._cli import main
+
+    code = main(
+        [
+            "demo",
+            "--bootstrap",
+            tansu_broker.bootstrap,
+            "--topic",
+            f"demo-{unique_group}"[:200],
+            "--session-timeout-ms",
+            "3000",
+            "--heartbeat-interval-ms",
+            "300",
+            "--event-log",
+            str(tmp_path),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert f"event log: {tmp_path}" in out
+    lines = read_dir(tmp_path)
+    validate(lines)
+    by_uid = streams(lines)
+    assert sorted(s[0]["client_id"] for s in by_uid.values()) == [
+        "member-1",
+        "member-2",
+        "member-3",
+    ]
+    ends = {s[0]["client_id"]: s[-2]["event"] for s in by_uid.values()}
+    assert ends == {
+        "member-1": "member.closed",
+        "member-2": "member.aborted",
+        "member-3": "member.closed",
+    }
+    for stream in by_uid.values():
+        check_stream(stream)
+        check_owned(stream)
+    assert check_no_overlap(lines) >= 6
