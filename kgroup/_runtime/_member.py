@@ -310,11 +310,12 @@ class GroupMember:
         recorder.start()
         shared.recorder = recorder
 
-    async def _close_event_log(self) -> None:
-        """Write ``eventlog.stopped`` last and wait for the event log's threads."""
+    async def _close_event_log(self, *, stopped: bool = True) -> None:
+        """End the event log (``eventlog.stopped`` last unless ``stopped`` is False: after
+        an abort the stream reads as a crash) and wait for its threads."""
         recorder = self._shared.recorder
         if recorder is not None:
-            await recorder.aclose()
+            await recorder.aclose(stopped=stopped)
 
     def _spawn_coordinator_tasks(self) -> None:
         """On the coordinator loop: start the heartbeat task and the metadata watch."""
@@ -411,7 +412,7 @@ class GroupMember:
         async def stop() -> None:
             try:
                 await self._shutdown_coordinator_side()
-                await self._close_event_log()
+                await self._close_event_log(stopped=False)
             finally:
                 thread.stop_soon()
                 shared.lifecycle = Lifecycle.CLOSED
@@ -538,7 +539,7 @@ class GroupMember:
         self._shared.lifecycle = Lifecycle.CLOSING
         await self._shutdown()
         self._shared.log("member.aborted", group=self._config.group_id)
-        await self._close_event_log()
+        await self._close_event_log(stopped=False)
 
     async def _shutdown(self) -> None:
         shared = self._shared

@@ -211,26 +211,32 @@ class MemberRecorder:
 
     # -- the end ---------------------------------------------------------------------------------
 
-    def _stop(self) -> bool:
-        """Queue ``eventlog.stopped`` (last) and close the writers; False if done before."""
+    def _stop(self, stopped: bool) -> bool:
+        """Queue ``eventlog.stopped`` (last) if ``stopped``, and close the writers; False if
+        done before."""
         if not self._open:
             return False
-        member_id, generation = self._generation()
-        self._put(
-            "eventlog.stopped",
-            {"member_id": member_id, "generation": generation},
-            {"extra": {"dropped_total": self.dropped}},
-            force=True,
-        )
+        if stopped:
+            member_id, generation = self._generation()
+            self._put(
+                "eventlog.stopped",
+                {"member_id": member_id, "generation": generation},
+                {"extra": {"dropped_total": self.dropped}},
+                force=True,
+            )
         self._open = False
         for writer in self.writers:
             writer.close()
         return True
 
-    async def aclose(self, timeout: float = CLOSE_TIMEOUT_S) -> None:
+    async def aclose(self, *, stopped: bool = True, timeout: float = CLOSE_TIMEOUT_S) -> None:
         """Write ``eventlog.stopped`` last, flush, and wait for the writers' threads to end
-        (at most ``timeout`` seconds; then they are left to finish: daemon threads)."""
-        if not self._stop():
+        (at most ``timeout`` seconds; then they are left to finish: daemon threads).
+
+        ``stopped=False`` (``abort()``, an abandoned member): the stream ends with the last
+        event instead, which readers take for a crash at that line's time, as if the
+        process had died there; it is still flushed and the threads still end."""
+        if not self._stop(stopped):
             return
         results = await asyncio.gather(*(w.wait_closed(timeout) for w in self.writers))
         for writer, ended in zip(self.writers, results, strict=True):

@@ -191,7 +191,7 @@ async def test_members_log_a_rebalance_a_leave_and_an_abort(group: Group, tmp_pa
     last_revoke = len(b_events) - 1 - b_events[::-1].index("member.partitions_revoked")
     assert last_revoke < b_events.index("member.leaving") < b_events.index("member.left_group")
     assert check_owned(b_log) == frozenset()
-    assert [x["event"] for x in a_log[-2:]] == ["member.aborted", "eventlog.stopped"]
+    assert a_log[-1]["event"] == "member.aborted"  # no eventlog.stopped: reads as a crash
     # a's last partition event leaves it all four: an abort releases nothing.
     assert check_owned(a_log) == {(TOPIC, p) for p in range(4)}
     joined = [x for x in a_log if x["event"] == "member.joined"]
