@@ -10,7 +10,7 @@ A sink that raises (a full disk, a closed stream) costs the log, never the membe
 lines of the failed chunk and the rest of its batch are dropped and counted, their
 numbers are given out again (a file's ``seq`` stays contiguous), the failure is logged
 once (``eventlog.write_failed``) until a write succeeds again. Whenever records were
-dropped, for a full queue or a failed write, the next write starts with one
+dropped, for a full queue or a failed write, the next write carries one
 ``eventlog.dropped`` line per member stream saying how many (and ``eventlog.recovered``
 is logged). So every loss is in the log itself, where the pipeline reads it.
 
@@ -226,16 +226,31 @@ class QueueWriter:
     def _render(
         self, batch: list[Record], lost: dict[str, tuple[MemberContext, int]], now_ns: int
     ) -> list[Line]:
-        """The batch's lines, numbered: first one ``eventlog.dropped`` per stream with
-        drops, then the records. A record that cannot be serialised is dropped, and an
-        ``eventlog.dropped`` line takes its place."""
-        lines: list[Line] = []
+        """The batch's lines, numbered in order.
+
+        Drops still to tell get one ``eventlog.dropped`` line per stream after the batch's
+        records (a queue overflows only after everything queued was recorded, and a
+        failed write lost older lines still), stamped now; but before that stream's
+        ``eventlog.stopped``, which stays last. So ``ts`` never goes back in a stream. A
+        record that cannot be serialised is dropped, and an ``eventlog.dropped`` line takes
+        its place."""
+        items: list[tuple[Record, int]] = [(record, 0) for record in batch]
         for context, count in lost.values():
-            lines.append(self._dropped_line(now_ns, context, count))
+            uid = context.member_uid
+            at = len(items)
+            for i, (record, _) in enumerate(items):
+                if record.context.member_uid == uid and record.event == "eventlog.stopped":
+                    at = i
+                    break
+            latest = max((r.ts_ns for r, _ in items[:at] if r.context.member_uid == uid), default=0)
+            ts = items[at][0].ts_ns if at < len(items) else max(now_ns, latest)
+            drop = Record(ts, context, "eventlog.dropped", {}, {"dropped": count})
+            items.insert(at, (drop, count))
+        lines: list[Line] = []
         failed = 0
-        for record in batch:
+        for record, told in items:
             try:
-                lines.append(self._line(record, 0))
+                lines.append(self._line(record, told))
             except Exception as exc:  # a field no JSON can hold: lose the event, not the log
                 failed += 1
                 with self._cond:

@@ -269,9 +269,15 @@ def test_a_full_queue_drops_counts_reports_once_and_tells_in_the_log() -> None:
     lines = parse("".join(sink.data))
     validate(lines)
     assert [line["seq"] for line in lines] == list(range(8))
-    assert [line["event"] for line in lines[:2]] == ["eventlog.started", "eventlog.dropped"]
-    assert lines[1]["dropped"] == 7
-    assert lines[-1]["event"] == "eventlog.stopped"
+    # The 5 queued were recorded before the 7 were dropped: the count follows them, and
+    # eventlog.stopped stays last.
+    assert [line["event"] for line in lines] == [
+        "eventlog.started",
+        *["member.heartbeat_ok"] * 5,
+        "eventlog.dropped",
+        "eventlog.stopped",
+    ]
+    assert lines[6]["dropped"] == 7
     overflow = [e for e in logs if e["event"] == "eventlog.overflow"]
     assert len(overflow) == 1 and overflow[0]["capacity"] == 5
     assert [e["dropped"] for e in logs if e["event"] == "eventlog.recovered"] == [7]
@@ -322,11 +328,11 @@ def test_a_raising_stream_costs_events_not_the_writer() -> None:
     validate(lines)
     # The numbers of the lost lines were given out again: no gap in the file.
     assert [(line["seq"], line["event"]) for line in lines] == [
-        (0, "eventlog.dropped"),
-        (1, "member.stable"),
+        (0, "member.stable"),
+        (1, "eventlog.dropped"),
         (2, "eventlog.stopped"),
     ]
-    assert lines[0]["dropped"] == 3 and writer.dropped == 3
+    assert lines[1]["dropped"] == 3 and writer.dropped == 3
     failures = [e for e in logs if e["event"] == "eventlog.write_failed"]
     assert len(failures) == 1 and "No space left on device" in failures[0]["error"]
     assert [e["dropped"] for e in logs if e["event"] == "eventlog.recovered"] == [3]

@@ -343,3 +343,47 @@ async def test_an_unreachable_event_topic_never_disturbs_the_membership(group: G
     recorded = 2 + sum(1 for e in logs if e["event"].startswith(("member.", "heartbeat.")))
     assert a.stats().event_log_dropped == recorded
     assert not eventlog_threads()
+
+
+class FillingDisk(io.TextIOBase):
+    """A stream whose disk is full until ``free()``; then it keeps what it is given."""
+
+    def __init__(self) -> None:
+        self.full = True
+        self.kept: list[str] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def free(self) -> None:
+        self.full = False
+
+    def write(self, s: str) -> int:
+        if self.full:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.kept.append(s)
+        return len(s)
+
+
+async def test_a_disk_that_fills_and_recovers_tells_the_loss_in_the_log(group: Group) -> None:
+    disk = FillingDisk()
+    with capture_logs() as logs:
+        a = await group.start(event_log=disk)
+        await group.wait(lambda: group.covered(a))
+        await group.wait(lambda: any(e["event"] == "eventlog.write_failed" for e in logs))
+        disk.free()
+        await group.wait(lambda: any(e["event"] == "eventlog.recovered" for e in logs))
+        beats = group.seen.count("member.heartbeat_ok")
+        await group.wait(lambda: group.seen.count("member.heartbeat_ok") >= beats + 2)
+        await group.stop_polling(a)
+        await a.close()
+    lines = parse("".join(disk.kept))
+    validate(lines)
+    check_stream(lines, drops=True)  # seq from 0 without a gap, ts in order, stopped last
+    (told,) = [x for x in lines if x["event"] == "eventlog.dropped"]
+    lost = a.stats().event_log_dropped
+    assert told["dropped"] == lost > 0
+    assert [e["dropped"] for e in logs if e["event"] == "eventlog.recovered"] == [lost]
+    assert len([e for e in logs if e["event"] == "eventlog.write_failed"]) == 1
+    # What was lost is the start: the first line written comes after the join.
+    assert lines[0]["event"] != "eventlog.started"
