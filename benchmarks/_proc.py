@@ -77,7 +77,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _bench as b
 
-MEMBER_CLIENTS = ("kgroup", "aiokafka", "confluent", "confluent-aio", "kafka-python", "java")
+MEMBER_CLIENTS = (
+    "kgroup",
+    "aiokafka",
+    "confluent",
+    "confluent-aio",
+    "kafka-python",
+    "java",
+    "floor",
+)
 IDLE_CLIENTS = ("kgroup", "aiokafka", "confluent-aio")
 THROUGHPUT_CLIENTS = ("kgroup", "aiokafka", "confluent-aio")
 HEARTBEAT_CLIENTS = ("kgroup", "kgroup-isolated", "aiokafka", "confluent-aio")
@@ -295,6 +303,12 @@ def member_java(a: argparse.Namespace) -> int:
     return proc.wait()
 
 
+def _member_floor(a: argparse.Namespace) -> None:
+    from _floor import member_floor  # reaction.py's measurement floor (no client library)
+
+    member_floor(a)
+
+
 def run_member(a: argparse.Namespace) -> int | None:
     runners: dict[str, Callable[[argparse.Namespace], Any]] = {
         "kgroup": member_kgroup,
@@ -303,6 +317,7 @@ def run_member(a: argparse.Namespace) -> int | None:
         "confluent-aio": member_confluent_aio,
         "kafka-python": member_kafka_python,
         "java": member_java,
+        "floor": _member_floor,
     }
     out = runners[a.client](a)
     if asyncio.iscoroutine(out):

@@ -35,7 +35,10 @@ uses the classic protocol, the range assignor, no auto-commit, the same heartbea
 (``--heartbeat-ms``, 100) and session timeout (``--session-ms``, 3000: tansu holds each
 JoinGroup about session / 2), and has rebalance callbacks that write one JSON line each.
 
-Clients: ``kgroup`` (``GroupMember``, awaiting ``poll(timeout=1)``), ``kgroup-consumer``
+Clients: ``floor`` (``_floor.py``: no client library, one thread and blocking sockets; it
+writes the same two callback lines and a JoinGroup built in advance, so its figure is what
+the relay, the kernel's wake-ups and the callback cost on this machine: the floor under
+every client's), ``kgroup`` (``GroupMember``, awaiting ``poll(timeout=1)``), ``kgroup-consumer``
 (``GroupConsumer``, awaiting ``getmany(timeout=1)``), ``aiokafka`` (``AIOKafkaConsumer``
 with a group subscription, awaiting ``getmany``), ``confluent`` (``Consumer``, ``poll(0.1)``
 in a loop: librdkafka serves the revoke callback from ``poll``), ``confluent-aio``.
@@ -79,7 +82,7 @@ from _bench import (
     write_json,
 )
 
-CLIENTS = ("kgroup", "kgroup-consumer", "aiokafka", "confluent", "confluent-aio")
+CLIENTS = ("kgroup", "kgroup-consumer", "aiokafka", "confluent", "confluent-aio", "floor")
 DEFAULT_CLIENTS = ("kgroup", "kgroup-consumer", "aiokafka", "confluent")
 REBALANCE_IN_PROGRESS = 27
 CHANGES = ("assigned", "revoked", "lost")

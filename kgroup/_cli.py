@@ -44,6 +44,8 @@ class _Demo:
     partitions: int
     session_timeout_ms: int
     heartbeat_interval_ms: int
+    #: ``--event-log DIR``: every member writes its event log there.
+    event_log: str | None = None
     out: list[str] = field(default_factory=list)
     t0: float = field(default_factory=time.monotonic)
 
@@ -59,6 +61,7 @@ class _Demo:
             client_id=name,
             session_timeout_ms=self.session_timeout_ms,
             heartbeat_interval_ms=self.heartbeat_interval_ms,
+            event_log=self.event_log,
         )
 
 
@@ -179,6 +182,8 @@ async def _run_demo(demo: _Demo) -> int:
         ok = ok and value is not None
         print(f"  {label:<28} {'FAILED (deadline)' if value is None else f'{value:6.2f} s'}")
     ok = ok and len(results) == 3
+    if demo.event_log is not None:
+        print(f"  event log: {demo.event_log}")
     print(f"  result: {'ok' if ok else 'FAILED'}")
     return 0 if ok else 1
 
@@ -193,6 +198,7 @@ def _demo(args: argparse.Namespace) -> int:
             args.partitions,
             args.session_timeout_ms,
             args.heartbeat_interval_ms,
+            event_log=args.event_log,
         )
         from ._broker_process import admin_create_topic
 
@@ -209,6 +215,7 @@ def _demo(args: argparse.Namespace) -> int:
             args.partitions,
             args.session_timeout_ms,
             args.heartbeat_interval_ms,
+            event_log=args.event_log,
         )
         return asyncio.run(_run_demo(demo))
 
@@ -339,6 +346,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     demo.add_argument("--session-timeout-ms", type=int, default=6000)
     demo.add_argument("--heartbeat-interval-ms", type=int, default=1000)
     demo.add_argument("-v", "--verbose", action="store_true", help="show kgroup's log events")
+    demo.add_argument(
+        "--event-log", metavar="DIR", help="write every member's event log (JSON lines) into DIR"
+    )
     for name, text in (
         ("groups", "list the cluster's groups (like kafka-consumer-groups --list)"),
         ("describe", "one group: state, members, assignments, offsets and lag"),

@@ -6,11 +6,12 @@ one. Every rule violation raises :class:`~kgroup.ConfigError` naming the field a
 
 from __future__ import annotations
 
+import os
 import re
 import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from ._core._settings import MemberSettings
 from ._errors import ConfigError
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from ._core._assignors import Assignor
 
 __all__ = [
+    "DEFAULT_EVENT_LOG_MAX_BYTES",
     "DEFAULT_HEARTBEAT_INTERVAL_MS",
     "DEFAULT_MAX_POLL_INTERVAL_MS",
     "DEFAULT_REQUEST_TIMEOUT_MS",
@@ -37,6 +39,7 @@ DEFAULT_REQUEST_TIMEOUT_MS = 30_000
 DEFAULT_CLOSE_TIMEOUT_MS = 30_000
 DEFAULT_LOOP_STALL_WARN_MS = 500
 DEFAULT_METADATA_MAX_AGE_MS = 300_000
+DEFAULT_EVENT_LOG_MAX_BYTES = 64 * 1024 * 1024
 INT32_MAX = 2**31 - 1
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -157,6 +160,12 @@ class GroupConfig:
     - ``sasl_mechanism`` [sasl.mechanism]: ``PLAIN``, ``SCRAM-SHA-256`` or
       ``SCRAM-SHA-512``, with ``sasl_username`` and ``sasl_password``. Secrets never appear
       in ``repr()``, logs or error messages.
+    - ``event_log``: write the member's event log (docs: "The event log"): a directory
+      (created if missing; files rotated at ``event_log_max_bytes``) or a writable text
+      stream. Default ``None``: no event log.
+    - ``event_log_max_bytes`` (64 MiB): the size at which a directory log starts a new file.
+    - ``event_log_topic``: also (or only) produce the event log's lines to this Kafka topic
+      of the member's cluster. Default ``None``.
     """
 
     bootstrap_servers: str | Sequence[str]
@@ -188,6 +197,9 @@ class GroupConfig:
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
+    event_log: str | os.PathLike[str] | TextIO | None = field(default=None, compare=False)
+    event_log_max_bytes: int = DEFAULT_EVENT_LOG_MAX_BYTES
+    event_log_topic: str | None = None
     brokers: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -268,6 +280,26 @@ class GroupConfig:
         if not isinstance(self.isolate_heartbeat, bool):
             raise ConfigError("isolate_heartbeat", "must be True or False")
         self._check_security()
+        self._check_event_log()
+
+    def _check_event_log(self) -> None:
+        target = self.event_log
+        if target is not None:
+            if isinstance(target, str | os.PathLike):
+                if not os.fspath(target):
+                    raise ConfigError("event_log", "must be a non-empty directory path")
+            elif not callable(getattr(target, "write", None)):
+                raise ConfigError(
+                    "event_log",
+                    f"must be a directory path or a writable text stream, got {target!r}",
+                )
+        size = self.event_log_max_bytes
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1024:
+            raise ConfigError(
+                "event_log_max_bytes", f"must be an integer of at least 1024 bytes, got {size!r}"
+            )
+        if self.event_log_topic is not None:
+            check_topics([self.event_log_topic], "event_log_topic")
 
     def _check_security(self) -> None:
         if self.security_protocol not in SECURITY_PROTOCOLS:

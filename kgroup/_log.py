@@ -95,6 +95,10 @@ EventName = Literal[
     "fastapi.processing_cancelled",
     "fastapi.processing_failed_at_shutdown",
     "fastapi.rewind_failed",
+    "eventlog.write_failed",
+    "eventlog.overflow",
+    "eventlog.recovered",
+    "eventlog.close_timed_out",
 ]
 
 
@@ -270,6 +274,29 @@ EVENTS: Mapping[EventName, EventInfo] = {
         "error", "error", "The processing failure is raised again at shutdown."
     ),
     "fastapi.rewind_failed": _e("warning", "error", "A failed batch could not be rewound."),
+    "eventlog.write_failed": _e(
+        "warning",
+        "sink error",
+        "The event log could not be written (a full disk, a raising stream, an unreachable "
+        "topic): its events are dropped and counted until a write succeeds. Once per outage.",
+    ),
+    "eventlog.overflow": _e(
+        "warning",
+        "sink capacity",
+        "The event log's queue is full (its sink is slower than the events): events are "
+        "dropped and counted. Once per episode.",
+    ),
+    "eventlog.recovered": _e(
+        "info",
+        "sink dropped",
+        "The event log is written again after drops; an eventlog.dropped line gives the count.",
+    ),
+    "eventlog.close_timed_out": _e(
+        "warning",
+        "sink pending",
+        "close() did not see the event log's writer finish in time; it is left to finish "
+        "(a daemon thread) and what it still holds may be lost.",
+    ),
 }
 
 if set(EVENTS) != set(get_args(EventName)):  # pragma: no cover - caught by the unit test

@@ -54,6 +54,8 @@ class MemberStats:
     event_hook_failures: int
     #: Log events this process could not write because a log sink raised.
     log_sink_failures: int
+    #: Event log records dropped (its queue full, or its sink failing); 0 without a log.
+    event_log_dropped: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The snapshot as a flat, JSON-ready dict."""

@@ -127,6 +127,20 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
         "`PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.",
     ),
     "sasl_username": ("sasl.username", "SASL user."),
+    "event_log": (
+        "(kgroup)",
+        "Write the member's [event log](../guide/event-log.md): a directory (files rotated "
+        "by size) or a writable text stream. `None`: no event log.",
+    ),
+    "event_log_max_bytes": (
+        "(kgroup)",
+        "A directory event log starts a new file before one would grow past this.",
+    ),
+    "event_log_topic": (
+        "(kgroup)",
+        "Also produce the event log's lines to this Kafka topic "
+        "([the Kafka sink](../guide/event-log.md#the-kafka-sink)).",
+    ),
     "sasl_password": (
         "sasl.password",
         "SASL password. Never shown in `repr()`, logs or errors.",

@@ -28,12 +28,23 @@ from ._state import (
 )
 from ._timers import ExponentialBackoff, HeartbeatTimers, Lease
 
-__all__ = ["HANDOFF_REASON", "HasMemberSettings", "MemberBase", "Observer", "truncate_reason"]
+__all__ = [
+    "FOLLOW_UP_FIRST_MS",
+    "HANDOFF_REASON",
+    "HasMemberSettings",
+    "MemberBase",
+    "Observer",
+    "truncate_reason",
+]
 
 _MAX_REASON = 255
 
 #: The JoinGroup reason of a handoff on close (deviations.md row 14).
 HANDOFF_REASON = "handing off partitions before leaving"
+
+#: The first wait (ms) before heartbeating once a follow-up rebalance is announced
+#: (MemberBase.follow_up_interval).
+FOLLOW_UP_FIRST_MS = 5.0
 
 
 def truncate_reason(reason: str) -> str:
@@ -129,13 +140,14 @@ class MemberBase:
         self._lease_expired_at: float | None = None  # the lapsed deadline, until released
         self.lease_expirations = 0
         # A follow-up rebalance the leader announced (deviations.md row 12): (generation id,
-        # when to rejoin if it has not started), see expect_follow_up().
-        self._follow_up: tuple[int, float] | None = None
+        # when to rejoin if it has not started, when it was announced); see expect_follow_up().
+        self._follow_up: tuple[int, float, float] | None = None
         # The heartbeat in flight: (send time, Generation, sent while STABLE).
         self._hb_sent: tuple[float, Generation, bool] | None = None
         #: When the last heartbeat was sent (for the lease-renewal heartbeat).
         self._last_heartbeat_sent_at: float | None = None
         self._join_answered_at = now
+        self._sync_answered_at = now
         self._sync_sent_at = now
         # (member id, protocols) -> send time of the first JoinGroup carrying them.
         self._join_first_sent: dict[tuple[str, tuple[tuple[str, bytes], ...]], float] = {}
@@ -230,20 +242,30 @@ class MemberBase:
         """The leader marked this generation: a member gives up something it claimed, and
         the rebalance that hands it over follows for certain (deviations.md row 12). Until
         the coordinator announces it (a heartbeat answered REBALANCE_IN_PROGRESS), the
-        heartbeat driver heartbeats every :meth:`follow_up_interval`; if it has not started
-        within one heartbeat interval, this member rejoins by itself. (Rejoining at once
-        would start it before slower members have their assignment of this generation:
-        their SyncGroup would fail, and the group would need a third rebalance.)"""
+        heartbeat driver heartbeats on the schedule of :meth:`follow_up_interval`; if it has
+        not started within one heartbeat interval, this member rejoins by itself. (Rejoining
+        at once would start it before slower members have their assignment of this
+        generation: their SyncGroup would fail, and the group would need a third
+        rebalance.)"""
         until = now + self.settings.heartbeat_interval_ms
-        self._follow_up = (self.generation.generation_id, until)
-        self.timers.heartbeat.reset(now, self.follow_up_interval())
+        self._follow_up = (self.generation.generation_id, until, now)
+        self.timers.heartbeat.reset(now, self.follow_up_interval(now))
         self._signals.wake_heartbeat = True
         self._emit("member.follow_up_expected", rejoin_at=until)
 
-    def follow_up_interval(self) -> float:
-        """The heartbeat interval while a follow-up rebalance is expected."""
-        settings = self.settings
-        return float(max(settings.retry_backoff_ms, settings.heartbeat_interval_ms / 10))
+    def follow_up_interval(self, now: float) -> float:
+        """The wait before the next heartbeat while a follow-up rebalance is expected.
+
+        The member that revokes rejoins as soon as its revoke callback returns, usually a
+        few milliseconds after the sync, so the first heartbeat goes after
+        :data:`FOLLOW_UP_FIRST_MS`. Each later wait is as long as the time already waited
+        (heartbeats at 5, 10, 20, 40 ... ms after the sync), up to a tenth of the heartbeat
+        interval: the follow-up is seen within twice the time it took to start, and a
+        slow revoke callback costs about ten heartbeats per interval, as before."""
+        follow_up = self._follow_up
+        waited = now - follow_up[2] if follow_up is not None else 0.0
+        cap = max(FOLLOW_UP_FIRST_MS, self.settings.heartbeat_interval_ms / 10)
+        return float(min(cap, max(FOLLOW_UP_FIRST_MS, waited)))
 
     def _follow_up_deadline(self) -> float | None:
         """When to rejoin if the expected follow-up rebalance has not started; None when

@@ -41,7 +41,7 @@ Callback = Literal["on_partitions_revoked", "on_partitions_assigned", "on_partit
 CLAIMS_LOST_REJOIN = "claimed partitions were lost during the rebalance: re-join to release them"
 
 #: DEVIATION (spec §7.6; deviations.md row 12): when a member must give up something it
-#: claimed, its revocation is followed by another rebalance for certain (it rejoins at once
+#: claimed, its revocation is followed by another rebalance for certain (it rejoins soon
 #: after revoking). A kgroup leader then marks every assignment of the generation with
 #: these bytes (the consumer Assignment's user data, when the assignor set none; a flag in
 #: kgroup's own assignment layout). A kgroup member that reads them and revokes nothing

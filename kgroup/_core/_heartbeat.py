@@ -95,7 +95,7 @@ class HeartbeatDriver(LeaseRules):
         self._last_heartbeat_sent_at = now
         timers.sent(now)
         if follow_up is not None:
-            timers.heartbeat.reset(now, self.follow_up_interval())
+            timers.heartbeat.reset(now, self.follow_up_interval(now))
         self._hb_sent = (now, self.generation, self.state is MemberState.STABLE)
         request = HeartbeatRequest(
             group_id=self.settings.group_id,

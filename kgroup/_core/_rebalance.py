@@ -344,6 +344,7 @@ class RebalanceChain(LeaseRules):
                 )
                 return
             self._set_state(MemberState.STABLE, "synced")
+            self._sync_answered_at = now
             # Lease: the coordinator was not rebalancing (nor waiting for our SyncGroup) when
             # it arrived, after we sent it. (No session proof: see kgroup._core._lease.)
             self.lease.prove_no_rebalance(self._sync_sent_at)
@@ -403,11 +404,21 @@ class RebalanceChain(LeaseRules):
         self.mark_coordinator_unknown(reason)
         self._chain_retry(now, f"rebalance failed due to {reason}", backoff=True)
 
-    def join_completed(self, now: float, *, follow_up: bool = False) -> None:
+    def join_completed(
+        self, now: float, *, follow_up: bool = False, rejoin: str | None = None
+    ) -> None:
         """The completion step (assignment installed, callbacks run) is done.
         ``follow_up``: the leader marked the generation (``Completion.follow_up``); unless
-        this member rejoins anyway, it expects the follow-up rebalance (heartbeat driver)."""
+        this member rejoins anyway, it expects the follow-up rebalance (heartbeat driver).
+        ``rejoin``: the completion's own reason to rejoin (``Completion.rejoin_reason``:
+        cooperative revocations, claims lost mid-join); that rejoin waits out the
+        :meth:`_sync_grace`."""
         self.check_lease(now)
+        if rejoin:
+            self.request_rejoin(rejoin)
+            # DEVIATION (spec §7.6 step 2; deviations.md row 15): Java rejoins at once.
+            if self.phase is ChainPhase.COMPLETING and self.state is MemberState.STABLE:
+                self._join_retry_at = max(self._join_retry_at, self._sync_grace())
         if self.phase is ChainPhase.COMPLETING:
             self._enter(ChainPhase.IDLE, "join completed")
             self.needs_join_prepare = True
@@ -416,6 +427,19 @@ class RebalanceChain(LeaseRules):
             self._signals.wake_heartbeat = True
             if follow_up and not self.rejoin_needed and self.state is MemberState.STABLE:
                 self.expect_follow_up(now)
+
+    def _sync_grace(self) -> float:
+        """Not before when a member that rejoins because of its own completion may send its
+        JoinGroup: its SyncGroup's answer plus as long again as it waited from its JoinGroup
+        answer to that (the leader's assignment and a round trip), at most a tenth of the
+        heartbeat interval. The JoinGroup answers of a generation go out together, so the
+        other members' SyncGroups are on their way; a JoinGroup that reached the
+        coordinator first would fail them, and each would miss this generation's assignment
+        (and its revocations) and cost the group a third rebalance. The member keeps
+        processing what it kept meanwhile; a revoke callback longer than this costs
+        nothing more."""
+        waited = max(0.0, self._sync_answered_at - self._join_answered_at)
+        return self._sync_answered_at + min(waited, self.settings.heartbeat_interval_ms / 10)
 
     def on_invalid_assignment(self, now: float) -> None:
         """The completion could not install the assignment (the embedding rejected its

@@ -9,7 +9,7 @@ first rejoins with the leaving mark in its user data, keeping its partitions mea
 kgroup leader gives it nothing, withholds what it owned and marks the generation for a
 follow-up (row 12), so the others heartbeat fast once they have their assignment. The
 leaver then revokes (its empty assignment says so) and leaves, and the follow-up hands its
-partitions out within a tenth of a heartbeat interval or so.
+partitions out within milliseconds (the others' schedule: ``MemberBase.follow_up_interval``).
 
 :func:`hand_off` drives that one rebalance from close() with the core's join actions, as
 ``poll()`` does, and stops at the first completion: the caller then releases what is still

@@ -30,7 +30,6 @@ from .._core._member import (
 )
 from .._core._messages import HeartbeatResponse, LeaveGroupRequest, LeaveGroupResponse
 from .._errors import CoordinatorError, ErrorCode, KGroupError, RemoteProtocolError
-from .._log import logger
 from ._link import CoordinatorLink
 from ._shared import Lifecycle, Shared
 
@@ -51,9 +50,9 @@ async def send_leave(
             leave, shared.config.request_timeout_ms if timeout_ms is None else timeout_ms
         )
     except KGroupError as exc:
-        logger.info("member.leave_group_failed", group=leave.group_id, error=str(exc))
+        shared.log("member.leave_group_failed", group=leave.group_id, error=str(exc))
         return
-    logger.info(
+    shared.log(
         "member.left_group",
         group=leave.group_id,
         member_id=leave.member_id,
@@ -113,9 +112,11 @@ class HeartbeatDriver:
                         self._link.ensure_lookup()  # honour the lookup's exponential backoff
                     await self._wait(until)
                 case SendHeartbeat():
+                    if shared.recorder is not None:
+                        shared.recorder.heartbeat_sending(lateness)
                     self._send(action, now)
                 case PollTimeoutLeave(leave=leave):
-                    logger.warning(
+                    shared.log(
                         "member.poll_timeout_left",
                         group=shared.config.group_id,
                         sent_leave_group=leave is not None,
@@ -179,6 +180,8 @@ class HeartbeatDriver:
         shared = self._shared
         stats = shared.hb_stats
         now = shared.now()
+        if shared.recorder is not None:
+            shared.recorder.heartbeat_answered(sent, now)
         with shared.step() as core:
             if isinstance(outcome, CoordinatorError | RemoteProtocolError):
                 stats.lost()
@@ -195,7 +198,7 @@ class HeartbeatDriver:
         shared = self._shared
         core = shared.core
         generation = core.generation if core is not None else None
-        logger.warning(
+        shared.log(
             "heartbeat.late",
             group=shared.config.group_id,
             member_id=generation.member_id if generation is not None else "",

@@ -201,6 +201,7 @@ class GroupMember:
                 lease_remaining_ms=None if valid_until is None else max(0.0, valid_until - now),
                 event_hook_failures=shared.hook_failures,
                 log_sink_failures=sink_failures(),
+                event_log_dropped=0 if shared.recorder is None else shared.recorder.dropped,
             )
 
     def __repr__(self) -> str:
@@ -256,6 +257,8 @@ class GroupMember:
             thread.start()
         shared.seam = LoopSeam(loop, thread)
         embedding = shared.embedding
+        if self._config.event_log is not None or self._config.event_log_topic is not None:
+            self._open_event_log()
         shared.core = MemberCore(
             self._config.member_settings(),
             protocol_type=embedding.protocol_type,
@@ -279,6 +282,40 @@ class GroupMember:
             # the group a second rebalance once the watch resolved it).
             if not await shared.seam.run_on_coordinator(self._metadata.refresh()):
                 self._wake_metadata()  # retried by the watch after retry_backoff_max_ms
+
+    def _open_event_log(self) -> None:
+        """Start the event log (``GroupConfig.event_log``): ``close()`` / ``abort()`` end it."""
+        from ..events._recorder import MemberRecorder
+
+        shared = self._shared
+
+        def generation() -> tuple[str, int]:
+            g = self.generation
+            return g.member_id, g.generation_id
+
+        def valid_until() -> float | None:
+            core = shared.core
+            if core is None:
+                return None
+            with shared.lock:
+                return core.valid_until
+
+        recorder = MemberRecorder(
+            self._config,
+            protocol_type=shared.embedding.protocol_type,
+            now_ms=shared.now,
+            generation=generation,
+            valid_until=valid_until,
+        )
+        recorder.start()
+        shared.recorder = recorder
+
+    async def _close_event_log(self, *, stopped: bool = True) -> None:
+        """End the event log (``eventlog.stopped`` last unless ``stopped`` is False: after
+        an abort the stream reads as a crash) and wait for its threads."""
+        recorder = self._shared.recorder
+        if recorder is not None:
+            await recorder.aclose(stopped=stopped)
 
     def _spawn_coordinator_tasks(self) -> None:
         """On the coordinator loop: start the heartbeat task and the metadata watch."""
@@ -364,7 +401,7 @@ class GroupMember:
         if seam is None or seam.thread is None or not seam.app_loop_closed():
             return False
         thread = seam.thread
-        logger.warning(
+        shared.log(
             "member.abandoned",
             group=self._config.group_id,
             member_id=self.member_id,
@@ -375,6 +412,7 @@ class GroupMember:
         async def stop() -> None:
             try:
                 await self._shutdown_coordinator_side()
+                await self._close_event_log(stopped=False)
             finally:
                 thread.stop_soon()
                 shared.lifecycle = Lifecycle.CLOSED
@@ -500,7 +538,8 @@ class GroupMember:
             return
         self._shared.lifecycle = Lifecycle.CLOSING
         await self._shutdown()
-        logger.info("member.aborted", group=self._config.group_id)
+        self._shared.log("member.aborted", group=self._config.group_id)
+        await self._close_event_log(stopped=False)
 
     async def _shutdown(self) -> None:
         shared = self._shared
@@ -531,8 +570,8 @@ class GroupMember:
         ``cooperative-sticky`` group that leaves on close first rejoins once, marked as
         leaving, keeping its partitions meanwhile; a kgroup leader gives them to nobody
         that generation and tells the others a follow-up rebalance is coming, and the member
-        then revokes and leaves, so its partitions are unowned for a tenth of a heartbeat
-        interval or so instead of up to a whole one. The rejoin takes up to three quarters
+        then revokes and leaves, so its partitions are unowned for milliseconds plus a
+        rebalance instead of up to a whole heartbeat interval. The rejoin takes up to three quarters
         of the budget (the others join it at their next heartbeat, so close() itself takes
         up to a heartbeat interval longer); on any failure, or under a leader that ignores
         the mark, close() releases and leaves as without it. Do not poll() the member from
@@ -576,9 +615,10 @@ class GroupMember:
                         send_leave(shared, self._link, leave, max(1.0, left_ms))
                     )
         except TimeoutError:
-            logger.warning("member.close_timed_out", group=self._config.group_id)
+            shared.log("member.close_timed_out", group=self._config.group_id)
         finally:
             await self._shutdown()
-            logger.info("member.closed", group=self._config.group_id)
+            shared.log("member.closed", group=self._config.group_id)
+            await self._close_event_log()
         if errors:
             raise errors[0]

@@ -283,12 +283,19 @@ class RebalanceDriver:
         core = shared.core
         for call in calls:
             generation = core.generation if core is not None else Generation(-1, "", None)
+            event = _CALLBACK_EVENTS[call.callback]
             logger.info(
-                _CALLBACK_EVENTS[call.callback],
+                event,
                 group=shared.config.group_id,
                 member_id=generation.member_id,
                 generation=generation.generation_id,
                 partitions=sorted(str(tp) for tp in call.partitions),
+            )
+            shared.record(
+                event,
+                member_id=generation.member_id,
+                generation=generation.generation_id,
+                partitions=call.partitions,
             )
             method = getattr(shared.listener, call.callback, None)
             if method is None:
@@ -306,6 +313,7 @@ class RebalanceDriver:
                     callback=call.callback,
                     error=repr(exc),
                 )
+                shared.record("member.listener_error", callback=call.callback, error=repr(exc))
                 error = ListenerError(call.callback, exc)
                 error.__cause__ = exc
                 errors.append(error)
@@ -324,12 +332,12 @@ class RebalanceDriver:
             raise
         await self.run_calls(completion.calls, errors)
         with shared.step() as core:
-            if completion.rejoin_reason:
-                core.request_rejoin(completion.rejoin_reason)
-            core.join_completed(shared.now(), follow_up=completion.follow_up)
+            core.join_completed(
+                shared.now(), follow_up=completion.follow_up, rejoin=completion.rejoin_reason
+            )
             rebalance_ms = core.last_rebalance_ms
             member_id = core.generation.member_id
-        logger.info(
+        shared.log(
             "member.stable",
             group=shared.config.group_id,
             member_id=member_id,

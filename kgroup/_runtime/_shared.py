@@ -34,6 +34,7 @@ from ._tasks import TaskOwner
 
 if TYPE_CHECKING:
     from .._config import GroupConfig
+    from ..events._recorder import MemberRecorder
     from ._link import CoordinatorLink
 
 __all__ = ["EventHook", "Lifecycle", "Shared"]
@@ -99,6 +100,8 @@ class Shared:
         self.hook_failures = 0
         #: Partitions whose revoke callback is running: still held until it returns.
         self.releasing: frozenset[Any] = frozenset()
+        #: The event log (``GroupConfig.event_log``), from start() on; None without one.
+        self.recorder: MemberRecorder | None = None
 
     # -- time and state ----------------------------------------------------------------------
 
@@ -178,11 +181,27 @@ class Shared:
         """The core's observer: log the event, then call the event hooks (on the
         application's loop). Runs inside a core call, under the lock."""
         log_event(cast(EventName, event), **fields)
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.record(event, fields)
         if self.hooks:
             if self.seam is None:
                 self.run_hooks(event, fields)
             else:
                 self.seam.to_app(self.run_hooks, event, fields)
+
+    def log(self, event: EventName, **fields: Any) -> None:
+        """Log a runtime event at its registered level, and record it in the event log."""
+        log_event(event, **fields)
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.record(event, fields)
+
+    def record(self, event: EventName, **fields: Any) -> None:
+        """Record an event in the event log only (its log line is written otherwise)."""
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.record(event, fields)
 
     def run_hooks(self, event: str, fields: Mapping[str, Any]) -> None:
         for hook in list(self.hooks):

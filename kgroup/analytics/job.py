@@ -135,7 +135,7 @@ def wants_html(args: argparse.Namespace) -> bool:
     if args.no_html:
         return False
     try:
-        import kgroup.analytics.report  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+        import kgroup.analytics.report  # noqa: F401
     except ImportError:
         return False
     return True
@@ -145,19 +145,19 @@ def _render_html(spark: SparkSession, result: PipelineResult, out: str, say: Any
     """Write ``<out>/report.html`` with :func:`kgroup.analytics.report.render_html` when
     that module is installed; return its path, or None (with a note) when it is not."""
     try:
-        from kgroup.analytics.report import render_html  # type: ignore[import-not-found,unused-ignore]
+        from kgroup.analytics.report import render_html
     except ImportError as exc:
         say(f"HTML report skipped: kgroup.analytics.report is not available ({exc})")
         return None
     target = _fs.join(out, "report.html")
     if _fs.is_local(target):
-        render_html(result.tables, _fs.local_path(target))
+        render_html(result.tables, _fs.local_path(target), truncated=result.truncated)
     else:
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
             local = os.path.join(tmp, "report.html")
-            render_html(result.tables, local)
+            render_html(result.tables, local, truncated=result.truncated)
             with open(local, "rb") as handle:
                 _fs.write_bytes(spark, target, handle.read())
     return target

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-pyspark = pytest.importorskip("pyspark", reason="pip install 'kgroup[analytics]' (PySpark)")
-
-from pyspark.sql import SparkSession  # noqa: E402
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def spark_conf() -> dict[str, str]:
@@ -38,6 +38,8 @@ kafka_unavailable: list[str] = []
 
 
 def _session(packages: str | None) -> SparkSession:
+    from pyspark.sql import SparkSession
+
     builder = SparkSession.builder.master("local[2]").appName("kgroup-analytics-tests")
     for key, value in spark_conf().items():
         builder = builder.config(key, value)
@@ -50,6 +52,7 @@ def _session(packages: str | None) -> SparkSession:
 def spark() -> Iterator[SparkSession]:
     """The shared session, with Spark's Kafka source (fetched from Maven Central, cached
     under ~/.ivy2.5.2) when it can be had; without it the Kafka tests skip (fail on CI)."""
+    pytest.importorskip("pyspark", reason="pip install 'kgroup[analytics]' (PySpark)")
     from kgroup.analytics._kafka import kafka_package
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -315,9 +315,9 @@ class Harness:
             self.core.request_rejoin("invalid assignment")
             raise
         self.calls.extend(completion.calls)
-        if completion.rejoin_reason:
-            self.core.request_rejoin(completion.rejoin_reason)
-        self.core.join_completed(self.now, follow_up=completion.follow_up)
+        self.core.join_completed(
+            self.now, follow_up=completion.follow_up, rejoin=completion.rejoin_reason
+        )
         return completion
 
     def stable(

@@ -32,6 +32,8 @@ STATS_KEYS = {
     # the containment counters
     "event_hook_failures",
     "log_sink_failures",
+    # the event log's drops
+    "event_log_dropped",
 }
 
 

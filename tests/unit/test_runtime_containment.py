@@ -125,6 +125,8 @@ def test_every_logged_name_is_registered_and_every_registered_name_is_logged() -
     source = pathlib.Path(__file__).parents[2] / "kgroup"
     text = "\n".join(p.read_text() for p in source.rglob("*.py") if p.name != "_log.py")
     used = set(
-        re.findall(r'"((?:member|heartbeat|offsets|consumer|connection|fastapi)\.[a-z_]+)"', text)
+        re.findall(
+            r'"((?:member|heartbeat|offsets|consumer|connection|fastapi|eventlog)\.[a-z_]+)"', text
+        )
     )
     assert names - used == set(), "registered but never logged"

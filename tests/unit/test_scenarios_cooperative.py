@@ -171,7 +171,8 @@ def test_g43_partition_claimed_by_its_new_owner_is_not_a_move(make_harness) -> N
 
 def test_g42_revoke_then_immediate_rejoin_needs_no_sleep(make_harness, coop_assignor) -> None:
     """After a cooperative revoke the next join action is PrepareJoin then SendJoinGroup,
-    with no backoff Sleep in between (§7.6 step 2: "immediately requests a rejoin")."""
+    with no backoff Sleep in between (§7.6 step 2: "immediately requests a rejoin"), when
+    the SyncGroup was answered as soon as the JoinGroup (no sync grace to wait out)."""
     h = make_harness(assignors=(coop_assignor,))
     name = coop_assignor.name
     h.stable("A", generation=1, owned=h.tps("t", 0, 1), protocol=name)
@@ -188,6 +189,54 @@ def test_g42_revoke_then_immediate_rejoin_needs_no_sleep(make_harness, coop_assi
     second = h.action()
     assert isinstance(second, SendJoinGroup), second
     assert not isinstance(second, Sleep)
+
+
+def revoked_after_slow_sync(h: Any, name: str, sync_ms: float) -> float:
+    """A owns t-0, t-1; the rebalance's SyncGroup is answered ``sync_ms`` after its
+    JoinGroup; A is told to give up t-1. Returns when the SyncGroup was answered."""
+    h.stable("A", generation=1, owned=h.tps("t", 0, 1), protocol=name)
+    rebalance_announced(h)
+    h.poll()
+    h.prepare(lost=False)
+    h.send_join()
+    h.join_response(generation=2, member_id="A", leader="B", protocol_name=name)
+    h.advance(sync_ms)
+    h.sync_response(assignment=h.assignment_bytes(h.tps("t", 0)), protocol_name=name)
+    return float(h.now)
+
+
+def test_revoking_member_rejoins_after_the_sync_grace(make_harness, coop_assignor) -> None:
+    """Deviation 15: the member that revokes waits, before its JoinGroup, as long again as
+    its SyncGroup took after the JoinGroup answer, so that the other members' SyncGroups of
+    the same generation reach the coordinator before the rebalance it starts."""
+    h = make_harness(assignors=(coop_assignor,), heartbeat_interval_ms=3_000)
+    synced = revoked_after_slow_sync(h, coop_assignor.name, 4)
+    completion = h.complete()
+    assert completion.rejoin_reason and h.core.rejoin_needed
+    wait = h.action()
+    assert isinstance(wait, Sleep) and wait.until == synced + 4
+    h.at(wait.until)
+    first = h.action()
+    assert isinstance(first, PrepareJoin)
+    h.embedding.prepare(lost=first.lost)
+    assert isinstance(h.action(), SendJoinGroup)
+
+
+def test_sync_grace_is_bounded_and_spent_by_a_slow_callback(make_harness, coop_assignor) -> None:
+    """The grace is at most a tenth of the heartbeat interval, and a revoke callback that
+    ran longer than it has spent it: the JoinGroup then goes at once."""
+    h = make_harness(assignors=(coop_assignor,), heartbeat_interval_ms=1_000)
+    synced = revoked_after_slow_sync(h, coop_assignor.name, 2_000)
+    h.complete()
+    wait = h.action()
+    assert isinstance(wait, Sleep) and wait.until == synced + 100  # 1 000 ms / 10
+
+    h = make_harness(assignors=(coop_assignor,), heartbeat_interval_ms=1_000)
+    synced = revoked_after_slow_sync(h, coop_assignor.name, 50)
+    h.advance(80)  # the revoke callback took 80 ms, more than the 50 ms grace
+    h.complete()
+    first = h.action()
+    assert isinstance(first, PrepareJoin), first
 
 
 def slow_first_phase(h: Any, name: str) -> None:
