@@ -4,6 +4,8 @@ the invariants every member stream must keep."""
 
 from __future__ import annotations
 
+import errno
+import io
 import itertools
 import json
 import re
@@ -144,3 +146,17 @@ def check_no_overlap(lines: Iterable[dict[str, Any]]) -> int:
         for (_, end, first), (start, _, second) in itertools.pairwise(spans):
             assert end <= start, f"{tp} claimed by {first} until {end} and {second} from {start}"
     return sum(len(spans) for spans in claims.values())
+
+
+class FullDisk(io.TextIOBase):
+    """A stream on a full disk: every write raises OSError(ENOSPC)."""
+
+    def __init__(self) -> None:
+        self.attempts = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        self.attempts += 1
+        raise OSError(errno.ENOSPC, "No space left on device")

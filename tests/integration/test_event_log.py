@@ -7,8 +7,6 @@ same lines as the file."""
 from __future__ import annotations
 
 import asyncio
-import errno
-import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +20,7 @@ from kgroup import MemberState
 from kgroup.testing import Broker, KafkaBroker
 from kgroup.testing._members import MemberGroup, MemberRunner, covered
 from tests.event_log_support import (
+    FullDisk,
     callbacks_in_log,
     check_no_overlap,
     check_owned,
@@ -102,20 +101,6 @@ async def test_members_log_rebalances_a_leave_and_a_crash(
     assert generations == sorted(generations) and len(generations) >= 3
     assert {x["leader"] for x in m1_log if x["event"] == "member.joined"} <= set(ids.values())
     assert check_no_overlap(lines) >= 6
-
-
-class FullDisk(io.TextIOBase):
-    """A stream on a full disk: every write raises OSError(ENOSPC)."""
-
-    def __init__(self) -> None:
-        self.attempts = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, s: str) -> int:
-        self.attempts += 1
-        raise OSError(errno.ENOSPC, "No space left on device")
 
 
 @pytest.mark.parametrize("broker", ["kafka", "tansu"], indirect=True)

@@ -22,6 +22,7 @@ from structlog.testing import capture_logs
 from kgroup import GroupConfig, GroupMember, LeaderElection, MemberState, TopicPartition
 from kgroup.testing import InMemoryCoordinator
 from tests.event_log_support import (
+    FullDisk,
     callbacks_in_log,
     check_owned,
     check_stream,
@@ -197,20 +198,6 @@ async def test_members_log_a_rebalance_a_leave_and_an_abort(group: Group, tmp_pa
     joined = [x for x in a_log if x["event"] == "member.joined"]
     assert [x["generation"] for x in joined] == [1, 2, 3]
     assert all(x["leader"] == a_id for x in joined)
-
-
-class FullDisk(io.TextIOBase):
-    """A stream on a full disk: every write raises ENOSPC."""
-
-    def __init__(self) -> None:
-        self.attempts = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, s: str) -> int:
-        self.attempts += 1
-        raise OSError(errno.ENOSPC, "No space left on device")
 
 
 async def test_a_full_disk_never_disturbs_the_membership(group: Group) -> None:
