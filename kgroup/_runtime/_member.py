@@ -37,6 +37,7 @@ from .._errors import ListenerError, UsageError
 from .._listener import ItemListener, RebalanceListener
 from .._log import logger, sink_failures
 from .._stats import MemberStats, Percentiles
+from ._event_log import close_event_log, open_event_log
 from ._handoff import hand_off
 from ._heartbeat import HeartbeatDriver, send_leave
 from ._link import CoordinatorLink
@@ -258,7 +259,7 @@ class GroupMember:
         shared.seam = LoopSeam(loop, thread)
         embedding = shared.embedding
         if self._config.event_log is not None or self._config.event_log_topic is not None:
-            self._open_event_log()
+            open_event_log(shared)
         shared.core = MemberCore(
             self._config.member_settings(),
             protocol_type=embedding.protocol_type,
@@ -282,40 +283,6 @@ class GroupMember:
             # the group a second rebalance once the watch resolved it).
             if not await shared.seam.run_on_coordinator(self._metadata.refresh()):
                 self._wake_metadata()  # retried by the watch after retry_backoff_max_ms
-
-    def _open_event_log(self) -> None:
-        """Start the event log (``GroupConfig.event_log``): ``close()`` / ``abort()`` end it."""
-        from ..events._recorder import MemberRecorder
-
-        shared = self._shared
-
-        def generation() -> tuple[str, int]:
-            g = self.generation
-            return g.member_id, g.generation_id
-
-        def valid_until() -> float | None:
-            core = shared.core
-            if core is None:
-                return None
-            with shared.lock:
-                return core.valid_until
-
-        recorder = MemberRecorder(
-            self._config,
-            protocol_type=shared.embedding.protocol_type,
-            now_ms=shared.now,
-            generation=generation,
-            valid_until=valid_until,
-        )
-        recorder.start()
-        shared.recorder = recorder
-
-    async def _close_event_log(self, *, stopped: bool = True) -> None:
-        """End the event log (``eventlog.stopped`` last unless ``stopped`` is False: after
-        an abort the stream reads as a crash) and wait for its threads."""
-        recorder = self._shared.recorder
-        if recorder is not None:
-            await recorder.aclose(stopped=stopped)
 
     def _spawn_coordinator_tasks(self) -> None:
         """On the coordinator loop: start the heartbeat task and the metadata watch."""
@@ -412,7 +379,7 @@ class GroupMember:
         async def stop() -> None:
             try:
                 await self._shutdown_coordinator_side()
-                await self._close_event_log(stopped=False)
+                await close_event_log(self._shared, stopped=False)
             finally:
                 thread.stop_soon()
                 shared.lifecycle = Lifecycle.CLOSED
@@ -539,7 +506,7 @@ class GroupMember:
         self._shared.lifecycle = Lifecycle.CLOSING
         await self._shutdown()
         self._shared.log("member.aborted", group=self._config.group_id)
-        await self._close_event_log(stopped=False)
+        await close_event_log(self._shared, stopped=False)
 
     async def _shutdown(self) -> None:
         shared = self._shared
@@ -619,6 +586,6 @@ class GroupMember:
         finally:
             await self._shutdown()
             shared.log("member.closed", group=self._config.group_id)
-            await self._close_event_log()
+            await close_event_log(self._shared)
         if errors:
             raise errors[0]
