@@ -162,6 +162,7 @@ class GroupConsumer(_ConsumerFetch):
         self._closing = False
         self._closed = False
         self._poll_lock = asyncio.Lock()
+        self._unsettled: tuple[asyncio.Future[Any], ...] = ()
         self._poll_slice = config.max_poll_interval_ms / 2000.0
         # Partition bookkeeping (all mutated on the event loop only).
         self._fetching: set[TopicPartition] = set()  # handed to aiokafka, positioned
@@ -282,6 +283,7 @@ class GroupConsumer(_ConsumerFetch):
             await self._member.close(handoff=handoff)
         finally:
             self._closed = True
+            await self._settle_fetch()
             await self._kafka.stop()
             logger.info("consumer.closed", group=self._config.group_id, **self._counters())
 

@@ -31,6 +31,8 @@ class _ConsumerFetch(_ConsumerAssignment):
     _poll_slice: float
     _records_delivered: int
     _records_dropped: int
+    #: A fetch cut short by a rebalance and its wake-up, not awaited yet (_settle_fetch).
+    _unsettled: tuple[asyncio.Future[Any], ...]
 
     def _check_open(self) -> AIOKafkaConsumer:
         if self._kafka is None or not self._started:
@@ -101,8 +103,13 @@ class _ConsumerFetch(_ConsumerAssignment):
         self, partitions: frozenset[TopicPartition], timeout: float, max_records: int | None
     ) -> _Fetched:
         """aiokafka's getmany, cut short when a rebalance becomes pending. Cancelling it is
-        safe: aiokafka drains its buffer only after its last await."""
+        safe: aiokafka drains its buffer only after its last await.
+
+        A fetch cut short is not awaited here: the rebalance that cut it runs at once (the
+        caller polls the member next), and the cancelled fetch ends in the loop's next
+        step. :meth:`_settle_fetch` collects it before the next fetch and in ``close()``."""
         kafka = self._check_open()
+        await self._settle_fetch()
         tps = [aio_partition(tp) for tp in sorted(partitions)]
         # Buffered records first, without a task: the common case under load.
         drained: _Fetched = await kafka.getmany(*tps, timeout_ms=0, max_records=max_records)
@@ -113,18 +120,37 @@ class _ConsumerFetch(_ConsumerAssignment):
         )
         wake: asyncio.Future[Any] = asyncio.ensure_future(self._member.wait_rebalance_pending())
         try:
-            waiting: set[asyncio.Future[Any]] = {fetch, wake}
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({fetch, wake}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            wake.cancel()
+            if not wake.done():
+                wake.cancel()
             if not fetch.done():
                 fetch.cancel()
-            await asyncio.gather(wake, return_exceptions=True)
-            await asyncio.gather(fetch, return_exceptions=True)
-        if fetch.cancelled():
-            return {}
-        result: _Fetched = fetch.result()
-        return result
+            self._unsettled = (fetch, wake)
+        if fetch.done() and not fetch.cancelled():
+            self._unsettled = (wake,)
+            result: _Fetched = fetch.result()
+            return result
+        return {}
+
+    async def _settle_fetch(self) -> None:
+        """Wait for the fetch (and its wake-up) that :meth:`_fetch` cut short, if any.
+        Should the fetch have ended with records despite its cancellation, aiokafka's
+        position goes back to the first of them, so none is skipped; an error it ended
+        with was not asked for and is dropped, as a cancelled fetch's would be."""
+        unsettled, self._unsettled = self._unsettled, ()
+        if not unsettled:
+            return
+        await asyncio.wait(unsettled)
+        fetch = unsettled[0]
+        if len(unsettled) == 2 and not fetch.cancelled() and fetch.exception() is None:
+            kafka = self._kafka
+            for aio_tp, records in fetch.result().items():
+                if records and kafka is not None:
+                    kafka.seek(aio_tp, records[0].offset)
+        for task in unsettled:
+            if not task.cancelled():
+                task.exception()  # retrieved: no "exception was never retrieved" warning
 
     def _hand_out(
         self, fetched: Mapping[AioTopicPartition, list[ConsumerRecord[Any, Any]]]
