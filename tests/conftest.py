@@ -3,10 +3,23 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
+import structlog
+
+
+@pytest.fixture(autouse=True)
+def _structlog_config() -> Iterator[None]:
+    """structlog's configuration as each test found it: code under test may configure it
+    for the process (``kgroup demo`` filters below WARNING), and a later test in the same
+    worker that captures info events would then see none."""
+    saved = structlog.get_config()
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
 
 
 @pytest.fixture
