@@ -256,8 +256,9 @@ class MemberBase:
     def follow_up_interval(self, now: float) -> float:
         """The wait before the next heartbeat while a follow-up rebalance is expected.
 
-        The member that revokes rejoins as soon as its revoke callback returns, usually a
-        few milliseconds after the sync, so the first heartbeat goes after
+        The member that revokes rejoins once its revoke callback has returned and its sync
+        grace (deviations.md row 15) is over, usually a few milliseconds after the sync, so
+        the first heartbeat goes after
         :data:`FOLLOW_UP_FIRST_MS`. Each later wait is as long as the time already waited
         (heartbeats at 5, 10, 20, 40 ... ms after the sync), up to a tenth of the heartbeat
         interval: the follow-up is seen within twice the time it took to start, and a
