@@ -144,6 +144,7 @@ def standalone_cluster(tmp_path: Path) -> Iterator[str]:
         master.stop()
 
 
+@pytest.mark.slow  # about 90 s with the daemons' start: beyond make test's 20-minute budget
 def test_spark_submit_on_a_standalone_cluster(
     standalone_cluster: str, spark: SparkSession, tmp_path: Path
 ) -> None:
