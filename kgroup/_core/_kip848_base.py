@@ -1,0 +1,233 @@
+"""The shared state of a consumer-protocol member, and the rules both drivers use.
+
+:class:`ConsumerMemberBase` holds the member's variables, the checked state change
+(``_set_state`` against :data:`~kgroup._core._kip848_state.TRANSITIONS`), fencing, fatal
+errors, forgetting the coordinator and the lease. The heartbeat driver
+(:mod:`._kip848_heartbeat`) and the poll driver (:mod:`._kip848_reconcile`) add behaviour;
+:class:`~kgroup._core._kip848_member.ConsumerProtocolMember` composes them.
+
+Fields and their writers (one thread; the drivers interleave only between calls):
+
+- ``state``: both drivers, through ``_set_state``.
+- ``member_epoch``, ``heartbeat_interval_ms``, ``target``: the heartbeat driver (answers).
+- ``owned``: the poll driver (``reconciled``, ``lost_released``): always what the runtime
+  holds, so a lost release after a fencing mid-reconciliation releases what was installed.
+- ``names``: topic id -> name, filled by ``topics_resolved``; kept for owned topics.
+- ``coordinator``: discovery; cleared by :meth:`mark_coordinator_unknown`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import KGroupError, LocalProtocolError
+from ._consumer_protocol import TopicPartition
+from ._kip848_actions import Reconcile, SendConsumerHeartbeat
+from ._kip848_state import (
+    IN_GROUP,
+    TRANSITIONS,
+    ConsumerProtocolSettings,
+    ConsumerState,
+    IdPartition,
+)
+from ._messages_848 import LEAVE_EPOCH
+from ._signals import SignalFlags, Signals
+from ._state import Coordinator
+from ._timers import ExponentialBackoff
+
+__all__ = ["ConsumerMemberBase", "SentFields"]
+
+S = ConsumerState
+Observer = Callable[..., None]
+
+
+@dataclass(frozen=True, slots=True)
+class SentFields:
+    """What the broker has from this member: the fields of the last answered heartbeat (an
+    incremental heartbeat leaves out what did not change). Forgotten after any error, so
+    that the next heartbeat is full (§10.2)."""
+
+    rebalance_timeout_ms: int
+    topics: tuple[str, ...] | None
+    topic_regex: str | None
+    server_assignor: str | None
+    rack_id: str | None
+    owned: frozenset[IdPartition]
+
+
+class ConsumerMemberBase:
+    """The state both drivers share (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: ConsumerProtocolSettings,
+        *,
+        now: float,
+        observer: Observer | None = None,
+        uniform: Callable[[float, float], float] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.member_id = settings.member_id
+        self._observer = observer
+        self._backoff = ExponentialBackoff(
+            settings.retry_backoff_ms, settings.retry_backoff_max_ms, uniform=uniform
+        )
+        self._signals = SignalFlags()
+        self.state = S.UNSUBSCRIBED
+        self.member_epoch = 0
+        #: The broker's interval; 0 until its first answer.
+        self.heartbeat_interval_ms = 0
+        self.coordinator: Coordinator | None = None
+        self.owned: frozenset[IdPartition] = frozenset()
+        self.names: dict[uuid.UUID, str] = {}
+        #: The latest assignment the broker gave (None: none since joining).
+        self.target: frozenset[IdPartition] | None = None
+        self.fatal: KGroupError | None = None
+        # Discovery.
+        self._find_attempts = 0
+        self._find_retry_at = 0.0
+        # The heartbeat driver.
+        self._sent: SentFields | None = None
+        self._hb_attempts = 0
+        self._hb_retry_at = 0.0
+        self._next_heartbeat_at = 0.0
+        #: Counts joins: an answer or a reconciliation from before the latest join is stale.
+        self._join_count = 0
+        #: The first reconciliation after a join always runs (on_partitions_assigned fires
+        #: on every join, even with nothing assigned).
+        self._assigned_since_join = False
+        #: Since when the broker answers UNRELEASED_INSTANCE_ID (the deviation's clock).
+        self._unreleased_since: float | None = None
+        # The poll timer.
+        self._poll_deadline = now + settings.max_poll_interval_ms
+        # The lease: the send time of the last answered heartbeat proves the session until
+        # it plus the broker's session timeout; a revoke is due within the rebalance
+        # timeout of the heartbeat whose answer asked for it.
+        self._session_proof: float | None = None
+        self._revoke_deadline: float | None = None
+        self._in_flight: tuple[SendConsumerHeartbeat, int, SentFields] | None = None
+        #: The epoch of the next leave heartbeat, and whether the member is STALE after it
+        #: (a poll-timer leave) rather than UNSUBSCRIBED (close()).
+        self._leave_epoch = LEAVE_EPOCH
+        self._stale_after_leave = False
+        #: close() has started: the first poll() no longer joins.
+        self._closing = False
+        # The poll driver.
+        self._lost_reason: str | None = None
+        self._report: KGroupError | None = None
+        self._reconciling: Reconcile | None = None
+        self._reconcile_join = 0
+        self._token = 0
+        self._resolving = False
+        self._resolve_at = 0.0
+
+    # -- observation ---------------------------------------------------------------------
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        if self._observer is not None:
+            self._observer(
+                event,
+                group_id=self.settings.group_id,
+                member_id=self.member_id,
+                member_epoch=self.member_epoch,
+                protocol="consumer",
+                **fields,
+            )
+
+    def take_signals(self) -> Signals:
+        """The wake-ups raised since the last call (runtime: set the matching Events)."""
+        return self._signals.take()
+
+    # -- the state machine ---------------------------------------------------------------
+
+    def _set_state(self, new: ConsumerState, reason: str) -> None:
+        old = self.state
+        if new is old:
+            return
+        if new is not S.FATAL and new not in TRANSITIONS[old]:
+            raise LocalProtocolError(
+                f"illegal consumer-protocol transition {old.name} -> {new.name} ({reason}) at "
+                f"epoch {self.member_epoch}"
+            )
+        self.state = new
+        self._signals.wake_poll = True
+        self._signals.wake_heartbeat = True
+        self._emit("member.state_changed", old=old.name, new=new.name, reason=reason)
+
+    def _start_joining(self, reason: str) -> None:
+        """Join (or rejoin) with epoch 0 and the same member id: a full heartbeat, now."""
+        self._set_state(S.JOINING, reason)
+        self.member_epoch = 0
+        self.target = None
+        self._sent = None
+        self._join_count += 1
+        self._assigned_since_join = False
+        self._revoke_deadline = None
+        self._hb_retry_at = 0.0
+
+    def _fence(self, reason: str) -> None:
+        """Fenced (§10.7), or the lease ran out: the partitions are lost; the poll driver
+        releases them, then the member rejoins."""
+        self._set_state(S.FENCED, reason)
+        self.member_epoch = 0
+        self.target = None
+        self._sent = None
+        self._revoke_deadline = None
+        self._hb_attempts = 0
+        self._hb_retry_at = 0.0
+        self._lost_reason = reason
+        self._emit("member.fenced", reason=reason)
+
+    def _record_fatal(self, err: KGroupError) -> None:
+        if self.fatal is None:
+            self.fatal = err
+            self._emit("member.fatal_error", error=type(err).__name__, message=str(err))
+        self._set_state(S.FATAL, str(err))
+
+    def mark_coordinator_unknown(self, reason: str) -> None:
+        """Forget the coordinator (the runtime closes its connection, failing what is in
+        flight on it); the next heartbeat is full."""
+        if self.coordinator is not None:
+            self._emit("member.coordinator_unknown", reason=reason)
+            self._signals.drop_coordinator = True
+        self.coordinator = None
+        self._sent = None
+        self._signals.wake_heartbeat = True
+
+    # -- names -----------------------------------------------------------------------------
+
+    def named(self, partitions: Iterable[IdPartition]) -> frozenset[TopicPartition]:
+        """``partitions`` with topic names (every one must be resolved)."""
+        return frozenset(TopicPartition(self.names[p.topic_id], p.partition) for p in partitions)
+
+    # -- the lease -------------------------------------------------------------------------
+
+    @property
+    def valid_until(self) -> float | None:
+        """Until when the member may trust what it owns (None: it owns nothing). Minus
+        infinity once it is fenced, stale or leaving without an epoch."""
+        if not self.owned:
+            return None
+        if self.state not in IN_GROUP or self._lost_reason is not None:
+            return float("-inf")
+        if self._session_proof is None:
+            return float("-inf")
+        deadline = self._session_proof + self.settings.session_timeout_ms
+        if self._revoke_deadline is not None:
+            deadline = min(deadline, self._revoke_deadline)
+        return deadline
+
+    def check_lease(self, now: float) -> None:
+        """Fence the member locally when its lease has run out: by then the broker may have
+        removed it (session) or fenced it (revocation deadline) and given its partitions to
+        another member."""
+        until = self.valid_until
+        if until is not None and now >= until and self.state in IN_GROUP:
+            if self.state is S.PREPARE_LEAVING:
+                self.member_epoch = 0  # the leave goes on, without a leave heartbeat
+                return
+            self._fence("lease expired")
+            self._emit("member.lease_expired", deadline=until)

@@ -1,0 +1,379 @@
+"""The consumer-protocol heartbeat driver (spec §10.6, §10.7) and coordinator discovery.
+
+The runtime's heartbeat task asks :meth:`HeartbeatDriver.heartbeat_action` what to do and
+reports answers with :meth:`~HeartbeatDriver.on_heartbeat_response` or
+:meth:`~HeartbeatDriver.on_heartbeat_failed`. At most one heartbeat is in flight. Scheduling:
+
+- none while UNSUBSCRIBED, FENCED, STALE or FATAL, or with no coordinator (then a lookup);
+- at once when LEAVING, or JOINING or ACKNOWLEDGING (unless a backoff is pending);
+- otherwise one broker interval after the previous send;
+- the poll timer: when the application has not polled for ``max_poll_interval_ms``, the
+  member sends a leave heartbeat (epoch -1, or -2 when static) without awaiting its answer,
+  becomes STALE and releases its partitions as lost at the next poll, which rejoins.
+
+ACKNOWLEDGING moves on (to STABLE, or RECONCILING when a newer target waits) as soon as its
+heartbeat is sent, and LEAVING as soon as the leave heartbeat is sent: both as Kafka's client
+does (§10.4).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+
+from .._errors import (
+    ErrorCode,
+    GroupAuthorizationFailed,
+    GroupError,
+    TopicAuthorizationFailed,
+    UnsupportedVersion,
+    error_for_code,
+)
+from ._kip848_actions import (
+    HeartbeatAction,
+    HeartbeatFindCoordinator,
+    HeartbeatIdle,
+    HeartbeatWait,
+    SendConsumerHeartbeat,
+)
+from ._kip848_base import ConsumerMemberBase, SentFields
+from ._kip848_reactions import HeartbeatReaction, heartbeat_reaction
+from ._kip848_state import ConsumerState, IdPartition
+from ._messages import FindCoordinatorRequest, FindCoordinatorResponse
+from ._messages_848 import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    TopicIdPartitions,
+)
+from ._reactions import Api, Reaction, reaction_for
+from ._state import NO_GENERATION, Coordinator
+
+__all__ = ["CLASSIC_HINT", "HeartbeatDriver", "by_topic"]
+
+S = ConsumerState
+R = HeartbeatReaction
+
+#: What an UnsupportedVersion answer to ConsumerGroupHeartbeat tells the user.
+CLASSIC_HINT = (
+    "the broker does not offer the consumer group protocol (KIP-848), or has not enabled it; "
+    'use group_protocol="classic" (or group_protocol_fallback=True)'
+)
+
+_NO_HEARTBEAT = frozenset({S.UNSUBSCRIBED, S.FENCED, S.STALE, S.FATAL})
+_SEND_AT_ONCE = frozenset({S.JOINING, S.ACKNOWLEDGING})
+
+
+def by_topic(partitions: frozenset[IdPartition]) -> tuple[TopicIdPartitions, ...]:
+    """``partitions`` as the wire groups them: per topic id, partitions sorted."""
+    grouped: defaultdict[uuid.UUID, list[int]] = defaultdict(list)
+    for p in partitions:
+        grouped[p.topic_id].append(p.partition)
+    return tuple(
+        TopicIdPartitions(topic_id=tid, partitions=tuple(sorted(grouped[tid])))
+        for tid in sorted(grouped, key=str)
+    )
+
+
+class HeartbeatDriver(ConsumerMemberBase):
+    """The heartbeat driver (see the module docstring)."""
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def find_coordinator_request(self) -> FindCoordinatorRequest:
+        return FindCoordinatorRequest(group_id=self.settings.group_id)
+
+    def on_find_coordinator_response(self, resp: FindCoordinatorResponse, now: float) -> None:
+        reaction = reaction_for(
+            Api.FIND_COORDINATOR, resp.error_code, sent=NO_GENERATION, current=NO_GENERATION
+        )
+        if reaction is Reaction.OK:
+            self.coordinator = Coordinator(resp.node_id, resp.host, resp.port)
+            self._find_attempts = 0
+            self._sent = None
+            self._signals.wake_heartbeat = True
+            self._emit(
+                "member.coordinator_found", node_id=resp.node_id, host=resp.host, port=resp.port
+            )
+        elif reaction is Reaction.UNAUTHORIZED:
+            self._record_fatal(
+                GroupAuthorizationFailed(
+                    f"not authorized to use group {self.settings.group_id!r} (FindCoordinator)",
+                    group_id=self.settings.group_id,
+                    member_id=self.member_id,
+                    generation_id=self.member_epoch,
+                    api="FindCoordinator",
+                )
+            )
+        elif reaction is Reaction.RETRY_BACKOFF:
+            self.on_find_coordinator_failed(now, ErrorCode.describe(resp.error_code))
+        else:
+            self._record_fatal(self._error(resp.error_code, "FindCoordinator", resp.error_message))
+
+    def on_find_coordinator_failed(self, now: float, reason: str) -> None:
+        """The lookup failed (an error answer, no broker reachable, or the coordinator it
+        named could not be reached): back off exponentially."""
+        self.mark_coordinator_unknown(reason)
+        delay = self._backoff.backoff(self._find_attempts)
+        self._find_attempts += 1
+        self._find_retry_at = now + delay
+        self._emit("member.coordinator_lookup_failed", reason=reason, retry_in_ms=round(delay))
+
+    # -- what to do next -------------------------------------------------------------------
+
+    def heartbeat_action(self, now: float) -> HeartbeatAction:
+        """What the heartbeat task does now (see the module docstring)."""
+        self.check_lease(now)
+        leaving_unheard = self.state is S.PREPARE_LEAVING and self.member_epoch <= 0
+        if self.state in _NO_HEARTBEAT or leaving_unheard:
+            return HeartbeatIdle(self.valid_until if self.owned else None)
+        if now >= self._poll_deadline and self.state is not S.LEAVING:
+            self._poll_timer_expired(now)
+        if self.coordinator is None:
+            if self.state is S.LEAVING:
+                # No coordinator to tell: the leave is given up (§10.6), its session will end.
+                self._left("leave heartbeat not sent: coordinator unknown")
+                return HeartbeatIdle()
+            return HeartbeatFindCoordinator(max(now, self._find_retry_at))
+        if self._in_flight is not None:
+            sent = self._in_flight[0]
+            return HeartbeatWait(sent.sent_at + sent.timeout_ms)
+        if self.state is S.LEAVING:
+            return self._send(now, leave=True)
+        due = now if self.state in _SEND_AT_ONCE else self._next_heartbeat_at
+        due = max(due, self._hb_retry_at)
+        if now < due:
+            until = min(due, self._poll_deadline)
+            lease = self.valid_until
+            if lease is not None:
+                until = min(until, lease)
+            return HeartbeatWait(max(until, now))
+        return self._send(now, leave=False)
+
+    def polled(self, now: float) -> None:
+        """The application polled: reset the poll timer; a STALE member rejoins (§10.6)."""
+        self._poll_deadline = now + self.settings.max_poll_interval_ms
+        if self.state is S.UNSUBSCRIBED and self.fatal is None and not self._closing:
+            self._start_joining("first poll")
+        elif self.state is S.STALE and self._lost_reason is None:
+            self._start_joining("polled again after the poll timer expired")
+
+    def _poll_timer_expired(self, now: float) -> None:
+        self._emit("member.poll_timeout", max_poll_interval_ms=self.settings.max_poll_interval_ms)
+        self._leave_epoch = self.settings.poll_timeout_leave_epoch
+        self._stale_after_leave = True
+        self._set_state(S.LEAVING, "poll timer expired")
+
+    def _left(self, reason: str) -> None:
+        """The leave heartbeat went out (or cannot): UNSUBSCRIBED, or STALE after a poll
+        timeout (whose partitions the next poll releases as lost)."""
+        if self._stale_after_leave:
+            self._stale_after_leave = False
+            self._lost_reason = "poll timer expired"
+            self._set_state(S.STALE, reason)
+        else:
+            self._set_state(S.UNSUBSCRIBED, reason)
+        self.member_epoch = 0
+        self.target = None
+        self._sent = None
+        self._revoke_deadline = None
+
+    def _request(self, leave: bool) -> tuple[ConsumerGroupHeartbeatRequest, SentFields]:
+        st = self.settings
+        fields = SentFields(
+            rebalance_timeout_ms=st.rebalance_timeout_ms,
+            topics=None if st.topic_regex is not None else tuple(sorted(st.topics)),
+            topic_regex=st.topic_regex,
+            server_assignor=st.server_assignor,
+            rack_id=st.rack_id,
+            owned=self.owned if self.member_epoch > 0 else frozenset(),
+        )
+        if leave:
+            req = ConsumerGroupHeartbeatRequest(
+                group_id=st.group_id,
+                member_id=self.member_id,
+                member_epoch=self._leave_epoch,
+                instance_id=st.instance_id,
+            )
+            return req, fields
+        last = None if self.member_epoch == 0 else self._sent
+        full = last is None
+
+        def changed(name: str) -> bool:
+            return full or getattr(last, name) != getattr(fields, name)
+
+        req = ConsumerGroupHeartbeatRequest(
+            group_id=st.group_id,
+            member_id=self.member_id,
+            member_epoch=self.member_epoch,
+            instance_id=st.instance_id,
+            rack_id=fields.rack_id if changed("rack_id") else None,
+            rebalance_timeout_ms=(
+                fields.rebalance_timeout_ms if changed("rebalance_timeout_ms") else -1
+            ),
+            subscribed_topic_names=(
+                fields.topics if fields.topics is not None and (changed("topics") or full) else None
+            ),
+            subscribed_topic_regex=fields.topic_regex if changed("topic_regex") else None,
+            server_assignor=fields.server_assignor if changed("server_assignor") else None,
+            topic_partitions=by_topic(fields.owned) if changed("owned") else None,
+        )
+        return req, fields
+
+    def _send(self, now: float, *, leave: bool) -> SendConsumerHeartbeat:
+        req, fields = self._request(leave)
+        action = SendConsumerHeartbeat(
+            req, sent_at=now, timeout_ms=self.settings.request_timeout_ms, leave=leave
+        )
+        self._next_heartbeat_at = now + self.heartbeat_interval_ms
+        if leave:
+            self._emit("member.leave_sent", epoch=req.member_epoch)
+            self._left("leave heartbeat sent")
+            return action
+        self._in_flight = (action, self._join_count, fields)
+        if self.state is S.ACKNOWLEDGING:
+            more = self._needs_reconciliation()
+            self._set_state(S.RECONCILING if more else S.STABLE, "acknowledgement sent")
+        return action
+
+    def _needs_reconciliation(self) -> bool:
+        if self.target is None:
+            return False
+        return not self._assigned_since_join or self.target != self.owned
+
+    # -- answers ---------------------------------------------------------------------------
+
+    def on_heartbeat_failed(
+        self, sent: SendConsumerHeartbeat, now: float, reason: str, *, disconnected: bool = True
+    ) -> None:
+        """The heartbeat got no answer (timeout, disconnect, or its answer could not be
+        read): back off; on a disconnect forget the coordinator. The next one is full."""
+        if not self._take_in_flight(sent):
+            return
+        self._in_flight = None
+        self._sent = None
+        if disconnected:
+            self.mark_coordinator_unknown(reason)
+        self._back_off(now)
+        self._emit("member.heartbeat_failed", reason=reason)
+
+    def _take_in_flight(self, sent: SendConsumerHeartbeat) -> bool:
+        if sent.leave:
+            return False  # a leave's answer is not awaited
+        if self._in_flight is None or self._in_flight[0] is not sent:
+            return False
+        self._signals.wake_heartbeat = True
+        return True
+
+    def _back_off(self, now: float) -> None:
+        """A failed heartbeat: the interval timer is reset and an exponential backoff
+        applies, so the next attempt comes after the backoff (§10.6)."""
+        self._next_heartbeat_at = now
+        self._hb_retry_at = now + self._backoff.backoff(self._hb_attempts)
+        self._hb_attempts += 1
+
+    def on_heartbeat_response(
+        self, sent: SendConsumerHeartbeat, resp: ConsumerGroupHeartbeatResponse, now: float
+    ) -> None:
+        """Judge the answer to ``sent`` (§10.7) and apply it (§10.5 step 1)."""
+        if not self._take_in_flight(sent):
+            return
+        assert self._in_flight is not None
+        _, join_count, fields = self._in_flight
+        self._in_flight = None
+        if join_count != self._join_count or self.state in _NO_HEARTBEAT:
+            return  # sent before the member rejoined, fenced or left: stale
+        code = resp.error_code
+        reaction = heartbeat_reaction(code)
+        if reaction is R.OK:
+            self._accept(sent, resp, fields, now)
+            return
+        self._sent = None
+        if reaction is R.COORDINATOR_MOVED:
+            self.mark_coordinator_unknown(ErrorCode.describe(code))
+            self._hb_attempts = 0
+            self._hb_retry_at = 0.0
+            self._next_heartbeat_at = now
+        elif reaction is R.RETRY_BACKOFF:
+            self._back_off(now)
+        elif reaction is R.FENCED:
+            if self.state is S.PREPARE_LEAVING:
+                self.member_epoch = 0  # the leave goes on, without a leave heartbeat
+            else:
+                self._fence(f"heartbeat answered {ErrorCode.describe(code)}")
+        elif reaction is R.UNRELEASED_INSTANCE:
+            if self._unreleased_since is None:
+                self._unreleased_since = now
+            if now - self._unreleased_since >= self.settings.session_timeout_ms:
+                self._record_fatal(self._error(code, "ConsumerGroupHeartbeat", resp.error_message))
+            else:
+                self._back_off(now)
+        elif reaction is R.REPORT_TOPIC_AUTHORIZATION:
+            self._report = TopicAuthorizationFailed(
+                self.settings.topics,
+                f"ConsumerGroupHeartbeat: {resp.error_message or 'topic authorization failed'}",
+            )
+            self._signals.wake_poll = True
+            self._back_off(now)
+        elif reaction is R.GROUP_NOT_FOUND and self.state is S.PREPARE_LEAVING:
+            self.member_epoch = 0
+        elif reaction is R.UNSUPPORTED:
+            self._record_fatal(
+                UnsupportedVersion(
+                    f"ConsumerGroupHeartbeat failed with {ErrorCode.describe(code)}: "
+                    + CLASSIC_HINT,
+                    group_id=self.settings.group_id,
+                    member_id=self.member_id,
+                    generation_id=self.member_epoch,
+                    error_code=code,
+                    api="ConsumerGroupHeartbeat",
+                )
+            )
+        else:
+            self._record_fatal(self._error(code, "ConsumerGroupHeartbeat", resp.error_message))
+
+    def _accept(
+        self,
+        sent: SendConsumerHeartbeat,
+        resp: ConsumerGroupHeartbeatResponse,
+        fields: SentFields,
+        now: float,
+    ) -> None:
+        self._hb_attempts = 0
+        self._hb_retry_at = 0.0
+        self._unreleased_since = None
+        self._sent = fields
+        if resp.member_id and resp.member_id != self.member_id:
+            self._emit("member.member_id_changed", old=self.member_id, new=resp.member_id)
+            self.member_id = resp.member_id
+        joined = self.member_epoch == 0 and resp.member_epoch > 0
+        self.member_epoch = resp.member_epoch
+        if resp.heartbeat_interval_ms > 0:
+            self.heartbeat_interval_ms = resp.heartbeat_interval_ms
+        self._next_heartbeat_at = sent.sent_at + self.heartbeat_interval_ms
+        self._session_proof = sent.sent_at
+        self._signals.wake_heartbeat = True
+        if joined:
+            self._emit("member.joined", heartbeat_interval_ms=self.heartbeat_interval_ms)
+        if resp.assignment is not None and self.state is not S.PREPARE_LEAVING:
+            target = frozenset(
+                IdPartition(t.topic_id, p) for t in resp.assignment for p in t.partitions
+            )
+            if target != self.target:
+                self.target = target
+                self._emit("member.assignment_received", partitions=len(target))
+            if self.owned - target and self._revoke_deadline is None:
+                self._revoke_deadline = sent.sent_at + self.settings.rebalance_timeout_ms
+        if self.state in (S.JOINING, S.STABLE) and self._needs_reconciliation():
+            self._set_state(S.RECONCILING, "new target assignment")
+        elif self.state is S.JOINING:
+            self._set_state(S.STABLE, "joined without an assignment yet")
+
+    def _error(self, code: int, api: str, message: str | None) -> GroupError:
+        return error_for_code(
+            code,
+            api=api,
+            group_id=self.settings.group_id,
+            member_id=self.member_id,
+            generation_id=self.member_epoch,
+            message=message,
+        )

@@ -1,0 +1,76 @@
+"""The consumer-protocol member's reactions to ConsumerGroupHeartbeat error codes (§10.7).
+
+One table, :data:`HEARTBEAT_REACTIONS`; a code without a row is fatal (the Java client's
+default branch). The rows follow Kafka 4.4.0's client (``next-protocols.md`` §1), which
+adds two to the spec's table: TOPIC_AUTHORIZATION_FAILED is reported without leaving the
+group, and GROUP_ID_NOT_FOUND is fatal except while the member is not in the group.
+
+One deviation (docs/design/deviations.md): UNRELEASED_INSTANCE_ID is retried with backoff
+for up to one broker session timeout before it is fatal. The instance id may still be held
+by this very member's previous incarnation (a lost join answer, or a rejoin after fencing),
+which the broker releases when that session expires; the Java client dies at once.
+"""
+
+from __future__ import annotations
+
+import enum
+
+from .._errors import ErrorCode
+
+__all__ = ["HEARTBEAT_REACTIONS", "HeartbeatReaction", "heartbeat_reaction"]
+
+
+class HeartbeatReaction(enum.Enum):
+    """What a ConsumerGroupHeartbeat answer means for the member."""
+
+    #: Apply the answer (§10.5).
+    OK = "ok"
+    #: Forget the coordinator (close its connection), reset the backoff, look it up again;
+    #: the next heartbeat is full.
+    COORDINATOR_MOVED = "coordinator moved"
+    #: Back off and retry with a full heartbeat.
+    RETRY_BACKOFF = "retry after backoff"
+    #: Fenced: release the partitions as lost, rejoin at epoch 0 with the same member id,
+    #: without backoff (or complete the leave, if leaving).
+    FENCED = "fenced"
+    #: Another live member holds the instance id: retry until the session timeout has
+    #: passed since the first such answer, then fatal (deviation, see module docstring).
+    UNRELEASED_INSTANCE = "instance id not released"
+    #: Reported once from ``poll()``; the member stays in the group and retries.
+    REPORT_TOPIC_AUTHORIZATION = "topic authorization failed"
+    #: Ignored while the member is not in the group (or leaving); fatal otherwise.
+    GROUP_NOT_FOUND = "group id not found"
+    #: The broker does not offer (or has not enabled) the consumer protocol: fatal, with a
+    #: hint to use the classic protocol, or the opt-in fallback.
+    UNSUPPORTED = "unsupported"
+    #: Fatal, raised from ``poll()``.
+    FATAL = "fatal"
+
+
+E = ErrorCode
+R = HeartbeatReaction
+
+HEARTBEAT_REACTIONS: dict[int, HeartbeatReaction] = {
+    E.NONE: R.OK,
+    E.NOT_COORDINATOR: R.COORDINATOR_MOVED,
+    E.COORDINATOR_NOT_AVAILABLE: R.COORDINATOR_MOVED,
+    E.COORDINATOR_LOAD_IN_PROGRESS: R.RETRY_BACKOFF,
+    E.FENCED_MEMBER_EPOCH: R.FENCED,
+    E.UNKNOWN_MEMBER_ID: R.FENCED,
+    E.UNRELEASED_INSTANCE_ID: R.UNRELEASED_INSTANCE,
+    E.TOPIC_AUTHORIZATION_FAILED: R.REPORT_TOPIC_AUTHORIZATION,
+    E.GROUP_ID_NOT_FOUND: R.GROUP_NOT_FOUND,
+    E.UNSUPPORTED_VERSION: R.UNSUPPORTED,
+    # Named by the spec as fatal; listed so the table reads like §10.7.
+    E.FENCED_INSTANCE_ID: R.FATAL,
+    E.GROUP_AUTHORIZATION_FAILED: R.FATAL,
+    E.INVALID_REQUEST: R.FATAL,
+    E.GROUP_MAX_SIZE_REACHED: R.FATAL,
+    E.UNSUPPORTED_ASSIGNOR: R.FATAL,
+    E.INVALID_REGULAR_EXPRESSION: R.FATAL,
+}
+
+
+def heartbeat_reaction(code: int) -> HeartbeatReaction:
+    """The reaction to ``code``; fatal when the table has no row for it."""
+    return HEARTBEAT_REACTIONS.get(code, R.FATAL)

@@ -1,0 +1,188 @@
+"""The consumer-protocol poll driver: reconciliation (§10.5), lost partitions, and leaving.
+
+Everything here runs in the application's ``poll()`` (and close()), where the rebalance
+callbacks run, as KIP-62 wants. :meth:`PollDriver.poll_action` returns, in this order of
+priority:
+
+1. :class:`RaiseError`: a fatal error (every call), or a one-time report;
+2. :class:`ReleaseLost`: the member was fenced, its lease ran out, or it stopped polling;
+3. :class:`ReleaseOnLeave`: close() started (PREPARE_LEAVING);
+4. :class:`ResolveTopics`: the target names topic ids whose names are unknown;
+5. :class:`Reconcile`: the resolvable part of the target differs from what is owned (or
+   this is the first reconciliation since joining: ``on_partitions_assigned`` fires on
+   every join, even with nothing assigned);
+6. :class:`PollIdle`.
+
+One reconciliation runs at a time; a target that arrives meanwhile is taken up when it
+finishes. If the member rejoined or left RECONCILING meanwhile, the result is recorded as
+what the runtime now holds but not acknowledged (the abort of §10.5 step 7). A callback that
+raises ends the reconciliation without an acknowledgement (§10.5 step 8); the next
+``poll()`` starts it again from what the member then holds.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+
+from ._kip848_actions import (
+    PollAction,
+    PollIdle,
+    RaiseError,
+    Reconcile,
+    ReleaseLost,
+    ReleaseOnLeave,
+    ResolveTopics,
+)
+from ._kip848_base import ConsumerMemberBase
+from ._kip848_state import ConsumerState, IdPartition
+
+__all__ = ["PollDriver"]
+
+S = ConsumerState
+
+
+class PollDriver(ConsumerMemberBase):
+    """The poll driver (see the module docstring)."""
+
+    def poll_action(self, now: float) -> PollAction:
+        """What ``poll()`` (or close()) does next."""
+        self.check_lease(now)
+        if self.fatal is not None:
+            return RaiseError(self.fatal, fatal=True)
+        if self._report is not None:
+            report, self._report = self._report, None
+            return RaiseError(report, fatal=False)
+        if self._lost_reason is not None and self._reconciling is None:
+            return ReleaseLost(self.named(self.owned), self._lost_reason)
+        if self.state is S.PREPARE_LEAVING:
+            if self._reconciling is None:
+                return ReleaseOnLeave(self.named(self.owned), lost=self.member_epoch <= 0)
+            return PollIdle()
+        if self.state is S.RECONCILING and self._reconciling is None:
+            return self._reconcile(now)
+        return PollIdle(self._resolve_at if self._unresolved() else None)
+
+    # -- reconciliation --------------------------------------------------------------------
+
+    def _unresolved(self) -> frozenset[uuid.UUID]:
+        if self.target is None:
+            return frozenset()
+        return frozenset(p.topic_id for p in self.target if p.topic_id not in self.names)
+
+    def _reconcile(self, now: float) -> PollAction:
+        assert self.target is not None
+        unresolved = self._unresolved()
+        if unresolved and not self._resolving and now >= self._resolve_at:
+            self._resolving = True
+            return ResolveTopics(unresolved)
+        resolvable = frozenset(p for p in self.target if p.topic_id in self.names)
+        if resolvable == self.owned and self._assigned_since_join:
+            acknowledged = self._sent is not None and self._sent.owned == self.owned
+            if unresolved and acknowledged:
+                return PollIdle(self._resolve_at)  # nothing new to report until resolved
+            self._set_state(S.ACKNOWLEDGING, "target already owned")
+            return PollIdle()
+        self._token += 1
+        action = Reconcile(
+            revoked=self.named(self.owned - resolvable),
+            assigned=self.named(resolvable - self.owned),
+            owned_after=resolvable,
+            epoch=self.member_epoch,
+            token=self._token,
+        )
+        self._reconciling = action
+        self._reconcile_join = self._join_count
+        self._emit(
+            "member.reconciling",
+            revoked=len(action.revoked),
+            assigned=len(action.assigned),
+            unresolved_topics=len(unresolved),
+        )
+        return action
+
+    def reconciled(self, action: Reconcile, now: float) -> None:
+        """The runtime ran ``action`` to the end: it holds ``action.owned_after``."""
+        if self._reconciling is not action:
+            return
+        self._reconciling = None
+        self._hold(action.owned_after)
+        if self.state is S.RECONCILING and self._reconcile_join == self._join_count:
+            self._assigned_since_join = True
+            self._set_state(S.ACKNOWLEDGING, "reconciled")
+            self._emit("member.reconciled", owned=len(self.owned))
+        self._signals.wake_poll = True
+
+    def reconcile_failed(
+        self, action: Reconcile, holds: frozenset[IdPartition], now: float
+    ) -> None:
+        """A callback of ``action`` raised: the runtime holds ``holds`` now. No
+        acknowledgement; the next ``poll()`` reconciles again."""
+        if self._reconciling is not action:
+            return
+        self._reconciling = None
+        self._hold(holds)
+        self._emit("member.reconcile_failed", owned=len(self.owned))
+        self._signals.wake_poll = True
+
+    def _hold(self, owned: frozenset[IdPartition]) -> None:
+        self.owned = owned
+        if self.target is not None and not (owned - self.target):
+            self._revoke_deadline = None  # nothing left to revoke
+        self._signals.wake_heartbeat = True  # the lease may have moved
+
+    # -- topic names -----------------------------------------------------------------------
+
+    def topics_resolved(self, names: Mapping[uuid.UUID, str], now: float) -> None:
+        """A Metadata lookup named these topic ids; ids it did not name stay unresolved and
+        are looked up again after the retry backoff (a topic just created may not be in
+        every broker's metadata yet)."""
+        self._resolving = False
+        self.names.update(names)
+        if self._unresolved():
+            self._resolve_at = now + self.settings.retry_backoff_max_ms
+        self._signals.wake_poll = True
+
+    def topics_unresolved(self, now: float, reason: str) -> None:
+        """The Metadata lookup failed: try again after the retry backoff."""
+        self._resolving = False
+        self._resolve_at = now + self.settings.retry_backoff_max_ms
+        self._emit("member.topic_lookup_failed", reason=reason)
+
+    # -- lost partitions -------------------------------------------------------------------
+
+    def lost_released(self, now: float) -> None:
+        """``on_partitions_lost`` ran: the member holds nothing. A fenced member rejoins at
+        once; a STALE one too, since this is a ``poll()``."""
+        self._lost_reason = None
+        self._hold(frozenset())
+        if self.state in (S.FENCED, S.STALE) and not self._closing:
+            self._start_joining(f"rejoining after {self.state.name.lower()}")
+
+    # -- leaving ---------------------------------------------------------------------------
+
+    def leave(self, now: float) -> bool:
+        """close() starts: release the partitions, then send the leave heartbeat. Returns
+        False when there is nothing to leave (never joined, already left, fatal)."""
+        self._closing = True
+        if self.state in (S.UNSUBSCRIBED, S.FATAL, S.LEAVING):
+            return False
+        if self.state in (S.FENCED, S.STALE):
+            self.member_epoch = 0
+        self._stale_after_leave = False
+        self._lost_reason = None
+        self._set_state(S.PREPARE_LEAVING, "closing")
+        return True
+
+    def leave_prepared(self, now: float) -> None:
+        """The partitions were released for close(): send the leave heartbeat (-1, or -2
+        for a static member, or none at all, per ``leave_epoch_on_close``), unless the
+        member has no epoch or no coordinator to send it to."""
+        self._hold(frozenset())
+        epoch = self.settings.leave_epoch_on_close
+        if epoch is None or self.member_epoch <= 0 or self.coordinator is None:
+            self._set_state(S.UNSUBSCRIBED, "left without a leave heartbeat")
+            self.member_epoch = 0
+            return
+        self._leave_epoch = epoch
+        self._set_state(S.LEAVING, "partitions released")

@@ -1,0 +1,639 @@
+"""Spec §12 scenarios H48-H53 (KIP-848), and the rest of §10's client rules, on the sans-I/O
+consumer-protocol core with a fake clock (milliseconds).
+
+The harness plays both drivers: the heartbeat task (``heartbeat_action``, answers) and
+``poll()`` (``polled``, ``poll_action``, running what it is told and recording the callbacks
+it would call).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from kgroup._core._consumer_protocol import TopicPartition
+from kgroup._core._kip848_actions import (
+    HeartbeatFindCoordinator,
+    HeartbeatIdle,
+    HeartbeatWait,
+    PollIdle,
+    RaiseError,
+    Reconcile,
+    ReleaseLost,
+    ReleaseOnLeave,
+    ResolveTopics,
+    SendConsumerHeartbeat,
+)
+from kgroup._core._kip848_member import ConsumerProtocolMember
+from kgroup._core._kip848_reactions import HEARTBEAT_REACTIONS, HeartbeatReaction
+from kgroup._core._kip848_state import ConsumerProtocolSettings, ConsumerState, IdPartition
+from kgroup._core._messages import FindCoordinatorResponse
+from kgroup._core._messages_848 import ConsumerGroupHeartbeatResponse, TopicIdPartitions
+from kgroup._errors import (
+    ErrorCode,
+    FencedInstanceId,
+    GroupAuthorizationFailed,
+    LocalProtocolError,
+    TopicAuthorizationFailed,
+    UnexpectedBrokerError,
+    UnsupportedVersion,
+)
+
+E = ErrorCode
+S = ConsumerState
+T1 = uuid.UUID("00000000-0000-0000-0000-0000000000a1")
+T2 = uuid.UUID("00000000-0000-0000-0000-0000000000b2")
+NAMES = {T1: "t1", T2: "t2"}
+
+
+def tp(topic: str, *partitions: int) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition(topic, p) for p in partitions)
+
+
+def assignment(*pairs: tuple[uuid.UUID, tuple[int, ...]]) -> tuple[TopicIdPartitions, ...]:
+    return tuple(TopicIdPartitions(topic_id=t, partitions=ps) for t, ps in pairs)
+
+
+@dataclass
+class Harness:
+    settings: dict[str, Any] = field(default_factory=dict)
+    now: float = 0.0
+    metadata: dict[uuid.UUID, str] = field(default_factory=lambda: dict(NAMES))
+    calls: list[tuple[str, frozenset[TopicPartition]]] = field(default_factory=list)
+    errors: list[Exception] = field(default_factory=list)
+    events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    lookups: list[frozenset[uuid.UUID]] = field(default_factory=list)
+    fail_callback: str | None = None
+
+    def __post_init__(self) -> None:
+        st = ConsumerProtocolSettings(
+            **{
+                "group_id": "g",
+                "member_id": "m-1",
+                "topics": ("t1", "t2"),
+                "max_poll_interval_ms": 300_000,
+                **self.settings,
+            }
+        )
+        self.m = ConsumerProtocolMember(
+            st,
+            now=0.0,
+            observer=lambda event, **f: self.events.append((event, f)),
+            uniform=lambda a, b: 1.0,
+        )
+
+    # -- time and discovery --
+    def at(self, t: float) -> None:
+        assert t >= self.now
+        self.now = t
+
+    def found(self) -> None:
+        self.m.on_find_coordinator_response(
+            FindCoordinatorResponse(error_code=0, node_id=1, host="b", port=9092), self.now
+        )
+
+    # -- heartbeat driver --
+    def hb(self) -> Any:
+        return self.m.heartbeat_action(self.now)
+
+    def send(self) -> SendConsumerHeartbeat:
+        action = self.hb()
+        assert isinstance(action, SendConsumerHeartbeat), action
+        return action
+
+    def answer(
+        self,
+        sent: SendConsumerHeartbeat,
+        *,
+        epoch: int = 0,
+        code: int = 0,
+        assigned: tuple[TopicIdPartitions, ...] | None = None,
+        interval: int = 5_000,
+    ) -> None:
+        resp = ConsumerGroupHeartbeatResponse(
+            error_code=code,
+            member_id="m-1" if code == 0 else None,
+            member_epoch=epoch if code == 0 else -1,
+            heartbeat_interval_ms=interval if code == 0 else 0,
+            assignment=assigned,
+        )
+        self.m.on_heartbeat_response(sent, resp, self.now)
+
+    # -- poll driver --
+    def poll(self) -> Any:
+        """One application poll: run every action until idle; return the last one."""
+        self.m.polled(self.now)
+        return self.drain()
+
+    def drain(self) -> Any:
+        for _ in range(20):
+            action = self.m.poll_action(self.now)
+            if isinstance(action, Reconcile):
+                if action.revoked:
+                    self.calls.append(("revoked", action.revoked))
+                if self.fail_callback == "assigned":
+                    self.calls.append(("assigned!", action.assigned))
+                    self.m.reconcile_failed(
+                        action, self.m.owned - frozenset(self._ids(action.revoked)), self.now
+                    )
+                    return action
+                self.calls.append(("assigned", action.assigned))
+                self.m.reconciled(action, self.now)
+            elif isinstance(action, ReleaseLost):
+                self.calls.append(("lost", action.partitions))
+                self.m.lost_released(self.now)
+            elif isinstance(action, ReleaseOnLeave):
+                self.calls.append(("lost" if action.lost else "revoked", action.partitions))
+                self.m.leave_prepared(self.now)
+            elif isinstance(action, ResolveTopics):
+                self.lookups.append(action.topic_ids)
+                known = {t: n for t, n in self.metadata.items() if t in action.topic_ids}
+                self.m.topics_resolved(known, self.now)
+            elif isinstance(action, RaiseError):
+                self.errors.append(action.error)
+                return action
+            else:
+                assert isinstance(action, PollIdle)
+                return action
+        raise AssertionError("poll driver does not settle")
+
+    def _ids(self, partitions: frozenset[TopicPartition]) -> set[IdPartition]:
+        by_name = {n: t for t, n in self.m.names.items()}
+        return {IdPartition(by_name[p.topic], p.partition) for p in partitions}
+
+    def joined(self, epoch: int = 5, assigned: Any = ((T1, (0, 1)),)) -> SendConsumerHeartbeat:
+        """Join, get ``assigned`` at ``epoch``, reconcile; return the acknowledging send."""
+        self.found()
+        self.poll()
+        self.answer(self.send(), epoch=epoch, assigned=assignment(*assigned))
+        self.poll()
+        return self.send()
+
+    def heartbeats_until_leave(self) -> SendConsumerHeartbeat:
+        """Answer every heartbeat at the member's epoch until it sends a leave."""
+        while True:
+            action = self.hb()
+            if isinstance(action, SendConsumerHeartbeat) and action.leave:
+                return action
+            if isinstance(action, SendConsumerHeartbeat):
+                self.answer(action, epoch=self.m.member_epoch)
+                continue
+            assert isinstance(action, HeartbeatWait), action
+            self.at(action.until)
+
+    def state(self) -> ConsumerState:
+        """The member's state (a call, so that type checkers do not narrow it)."""
+        return self.m.state
+
+    def event_names(self) -> list[str]:
+        return [e for e, _ in self.events]
+
+
+# ---------------------------------------------------------------------------------------------
+# §12 H48-H53
+# ---------------------------------------------------------------------------------------------
+
+
+def test_h48_join_then_acknowledge_at_once() -> None:
+    """H48. The first heartbeat carries the client-generated member id, epoch 0, the
+    rebalance timeout, the subscription and ``TopicPartitions=[]``; on an answer with epoch
+    5 and an assignment the member reconciles (assigned callback), then at once sends a
+    heartbeat with epoch 5 and the new TopicPartitions."""
+    h = Harness()
+    assert isinstance(h.hb(), HeartbeatIdle)  # UNSUBSCRIBED until the first poll
+    h.found()
+    h.poll()
+    assert h.state() is S.JOINING
+    join = h.send()
+    r = join.request
+    assert (r.member_id, r.member_epoch, r.rebalance_timeout_ms) == ("m-1", 0, 300_000)
+    assert r.subscribed_topic_names == ("t1", "t2")
+    assert r.topic_partitions == ()
+    assert r.group_id == "g" and r.instance_id is None and r.subscribed_topic_regex is None
+    assert isinstance(h.hb(), HeartbeatWait)  # one heartbeat in flight at a time
+    h.at(40)
+    h.answer(join, epoch=5, assigned=assignment((T1, (0, 1))))
+    assert h.state() is S.RECONCILING
+    h.poll()
+    assert h.calls == [("assigned", tp("t1", 0, 1))]
+    assert h.state() is S.ACKNOWLEDGING
+    ack = h.send()  # at once, not after the interval
+    assert ack.sent_at == 40
+    assert ack.request.member_epoch == 5
+    assert ack.request.topic_partitions == assignment((T1, (0, 1)))
+    assert h.state() is S.STABLE  # as soon as the acknowledgement is sent
+    h.at(60)
+    h.answer(ack, epoch=5)
+    # Steady state: incremental heartbeats on the broker's interval, send to send.
+    wait = h.hb()
+    assert isinstance(wait, HeartbeatWait) and wait.until == 40 + 5_000
+    h.at(5_040)
+    steady = h.send().request
+    assert steady.member_epoch == 5
+    assert steady.topic_partitions is None and steady.subscribed_topic_names is None
+    assert steady.rebalance_timeout_ms == -1
+
+
+def test_h48_first_reconciliation_calls_assigned_even_when_empty() -> None:
+    """on_partitions_assigned fires on every join, even with nothing assigned (§10.5 step 6),
+    so the application learns it joined."""
+    h = Harness()
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=1, assigned=())
+    h.poll()
+    assert h.calls == [("assigned", frozenset())]
+    assert h.state() is S.ACKNOWLEDGING
+
+
+def test_h49_fenced_loses_partitions_and_rejoins_with_the_same_id() -> None:
+    """H49. FENCED_MEMBER_EPOCH: on_partitions_lost(owned) fires, the assignment clears, and
+    the next heartbeat carries the same member id with epoch 0 and full fields, at once."""
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    hb = h.send()
+    h.at(5_010)
+    h.answer(hb, code=E.FENCED_MEMBER_EPOCH)
+    assert h.state() is S.FENCED
+    assert isinstance(h.hb(), HeartbeatIdle)  # no heartbeat until the loss is released
+    assert h.m.valid_until == float("-inf")  # stop trusting the partitions at once
+    h.poll()
+    assert h.calls[-1] == ("lost", tp("t1", 0, 1))
+    assert h.m.owned == frozenset()
+    assert h.state() is S.JOINING
+    rejoin = h.send()
+    assert rejoin.sent_at == 5_010  # no backoff
+    r = rejoin.request
+    assert (r.member_id, r.member_epoch, r.topic_partitions) == ("m-1", 0, ())
+    assert r.rebalance_timeout_ms == 300_000 and r.subscribed_topic_names == ("t1", "t2")
+
+
+@pytest.mark.parametrize("code", [E.FENCED_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID])
+def test_h49_both_fencing_codes(code: int) -> None:
+    h = Harness()
+    h.answer(h.joined(), code=code)
+    assert h.state() is S.FENCED
+    assert "member.fenced" in h.event_names()
+
+
+def test_h50_lost_answer_next_heartbeat_is_full_and_adopts_the_new_epoch() -> None:
+    """H50. The answer that bumped the epoch 5 -> 6 is lost: the next heartbeat is full,
+    carries epoch 5 and the owned partitions (a subset of the new assignment, which the
+    broker accepts as the previous epoch), and the member adopts epoch 6 from its answer."""
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    lost = h.send()
+    h.at(35_000)
+    h.m.on_heartbeat_failed(lost, h.now, "request timed out", disconnected=True)
+    assert h.m.coordinator is None
+    assert isinstance(h.hb(), HeartbeatFindCoordinator)
+    h.found()
+    retry = h.hb()
+    assert isinstance(retry, HeartbeatWait)  # the backoff of the failure
+    h.at(retry.until)
+    again = h.send().request
+    assert again.member_epoch == 5
+    assert again.topic_partitions == assignment((T1, (0, 1)))  # full
+    assert again.rebalance_timeout_ms == 300_000 and again.subscribed_topic_names is not None
+    h.answer(h.m._in_flight[0], epoch=6, assigned=assignment((T1, (0, 1, 2))))  # type: ignore[index]
+    assert h.m.member_epoch == 6 and h.state() is S.RECONCILING
+
+
+def test_h51_revoke_before_acknowledging() -> None:
+    """H51. The target drops p1: the revoke callback runs with {p1} (the Reconcile action
+    names the epoch a commit before it must carry), and the acknowledgement reports the
+    partitions without p1. A commit retried on STALE_MEMBER_EPOCH uses the newest epoch:
+    ``member_epoch`` is read at each attempt."""
+    h = Harness(settings={"max_poll_interval_ms": 20_000})
+    h.answer(h.joined(assigned=((T1, (0, 1)),)), epoch=5)
+    h.at(5_000)
+    h.m.polled(h.now)
+    hb = h.send()
+    h.answer(hb, epoch=6, assigned=assignment((T1, (0,))))
+    assert h.state() is S.RECONCILING
+    action = h.m.poll_action(h.now)
+    assert isinstance(action, Reconcile)
+    assert action.revoked == tp("t1", 1) and action.assigned == frozenset()
+    assert action.epoch == 6
+    # Until the revoke completes the member still owns p1, and must release it by the
+    # broker's revocation deadline (the rebalance timeout after the asking heartbeat).
+    assert h.m.valid_until == 5_000 + 20_000
+    h.m.reconciled(action, h.now)
+    assert h.state() is S.ACKNOWLEDGING
+    ack = h.send().request
+    assert ack.topic_partitions == assignment((T1, (0,)))
+    assert h.m.valid_until == 5_000 + 45_000  # back to the session bound
+
+
+def test_h52_poll_timer_leaves_loses_and_rejoins_on_the_next_poll() -> None:
+    """H52. The application stalls past max.poll.interval.ms: the member sends a leave
+    heartbeat (epoch -1) without awaiting it, stops heartbeating, releases its partitions as
+    lost at the next poll, and rejoins with epoch 0 and the same member id."""
+    h = Harness(settings={"max_poll_interval_ms": 60_000})
+    h.answer(h.joined(), epoch=5)
+    action = h.heartbeats_until_leave()
+    assert h.now == 60_000
+    assert action.request.member_epoch == -1
+    assert h.state() is S.STALE
+    assert isinstance(h.hb(), HeartbeatIdle)
+    assert h.m.valid_until == float("-inf")
+    h.at(90_000)
+    h.poll()
+    assert h.calls[-1] == ("lost", tp("t1", 0, 1))
+    assert h.state() is S.JOINING
+    rejoin = h.send().request
+    assert (rejoin.member_id, rejoin.member_epoch) == ("m-1", 0)
+
+
+def test_h52_static_member_leaves_with_minus_two() -> None:
+    h = Harness(settings={"max_poll_interval_ms": 60_000, "instance_id": "i-1"})
+    h.answer(h.joined(), epoch=5)
+    leave = h.heartbeats_until_leave()
+    assert h.now == 60_000
+    assert leave.leave and leave.request.member_epoch == -2
+    assert leave.request.instance_id == "i-1"
+
+
+def test_h53_unsupported_version_is_fatal_and_names_classic() -> None:
+    """H53. UNSUPPORTED_VERSION: a fatal error from poll() that recommends the classic
+    protocol."""
+    h = Harness()
+    h.found()
+    h.poll()
+    h.answer(h.send(), code=E.UNSUPPORTED_VERSION)
+    assert h.state() is S.FATAL
+    action = h.poll()
+    assert isinstance(action, RaiseError) and action.fatal
+    assert isinstance(action.error, UnsupportedVersion)
+    assert 'group_protocol="classic"' in str(action.error)
+    assert isinstance(h.hb(), HeartbeatIdle)
+    assert isinstance(h.poll(), RaiseError)  # terminal: every poll raises
+
+
+# ---------------------------------------------------------------------------------------------
+# The rest of §10.5-§10.7
+# ---------------------------------------------------------------------------------------------
+
+
+def test_unresolved_topic_ids_reconcile_the_resolvable_part_first() -> None:
+    """§10.5 step 2: ids without a name are looked up; the resolvable part is reconciled
+    now and the rest once a later lookup names them."""
+    h = Harness(metadata={T1: "t1"})  # t2 is not in metadata yet
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=3, assigned=assignment((T1, (0,)), (T2, (0,))))
+    h.poll()
+    assert h.lookups == [frozenset({T1, T2})]
+    assert h.calls == [("assigned", tp("t1", 0))]
+    h.answer(h.send(), epoch=3)  # acknowledges t1-0
+    assert h.state() is S.RECONCILING  # t2 still to come
+    assert isinstance(h.poll(), PollIdle)
+    h.metadata[T2] = "t2"
+    h.at(999)
+    h.poll()
+    assert len(h.lookups) == 1  # the retry waits for the backoff
+    h.at(1_000)
+    h.poll()
+    assert h.lookups[-1] == frozenset({T2})
+    assert h.calls[-1] == ("assigned", tp("t2", 0))
+    assert h.send().request.topic_partitions == assignment((T1, (0,)), (T2, (0,)))
+
+
+def test_one_reconciliation_at_a_time_and_abort_on_rejoin() -> None:
+    """A target arriving mid-reconciliation waits for it; a fencing mid-reconciliation
+    aborts the acknowledgement, and the loss released afterwards includes what the
+    reconciliation installed."""
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    hb = h.send()
+    h.answer(hb, epoch=6, assigned=assignment((T1, (0, 1, 2))))
+    first = h.m.poll_action(h.now)
+    assert isinstance(first, Reconcile) and first.assigned == tp("t1", 2)
+    h.at(10_000)
+    hb = h.send()  # the interval heartbeat, while the callbacks run
+    h.answer(hb, code=E.FENCED_MEMBER_EPOCH)
+    assert isinstance(h.m.poll_action(h.now), PollIdle)  # the loss waits for the callbacks
+    h.m.reconciled(first, h.now)
+    assert h.state() is S.FENCED  # not acknowledged
+    h.drain()
+    assert h.calls[-1] == ("lost", tp("t1", 0, 1, 2))
+    assert h.state() is S.JOINING
+
+
+def test_a_failing_callback_is_not_acknowledged_and_retried_at_the_next_poll() -> None:
+    h = Harness(fail_callback="assigned")
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=5, assigned=assignment((T1, (0,))))
+    h.poll()
+    assert h.calls == [("assigned!", tp("t1", 0))]
+    assert h.state() is S.RECONCILING
+    assert "member.reconcile_failed" in h.event_names()
+    h.fail_callback = None
+    h.poll()
+    assert h.calls[-1] == ("assigned", tp("t1", 0))
+    assert h.state() is S.ACKNOWLEDGING
+
+
+def test_same_target_again_acknowledges_without_callbacks() -> None:
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    h.answer(h.send(), epoch=7, assigned=assignment((T1, (0, 1))))
+    assert h.state() is S.STABLE  # the target equals what is owned: nothing to reconcile
+    n = len(h.calls)
+    h.poll()
+    assert len(h.calls) == n
+
+
+def test_voluntary_leave_revokes_then_sends_minus_one_once() -> None:
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    assert h.m.leave(h.now)
+    assert h.state() is S.PREPARE_LEAVING
+    h.drain()
+    assert h.calls[-1] == ("revoked", tp("t1", 0, 1))
+    assert h.state() is S.LEAVING
+    leave = h.send()
+    assert leave.leave and leave.request.member_epoch == -1
+    assert h.state() is S.UNSUBSCRIBED
+    assert isinstance(h.hb(), HeartbeatIdle)
+    h.poll()
+    assert h.state() is S.UNSUBSCRIBED  # a poll after close does not rejoin
+
+
+def test_remain_in_group_sends_no_leave() -> None:
+    h = Harness(settings={"leave_epoch_on_close": None})
+    h.answer(h.joined(), epoch=5)
+    h.m.leave(h.now)
+    h.drain()
+    assert h.state() is S.UNSUBSCRIBED
+
+
+def test_leave_without_coordinator_is_given_up() -> None:
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.m.leave(h.now)
+    h.m.mark_coordinator_unknown("test")
+    h.drain()
+    assert h.state() is S.UNSUBSCRIBED
+
+
+def test_fenced_while_preparing_to_leave_completes_the_leave_as_lost() -> None:
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    hb = h.send()
+    h.m.leave(h.now)
+    h.answer(hb, code=E.FENCED_MEMBER_EPOCH)
+    h.drain()
+    assert h.calls[-1] == ("lost", tp("t1", 0, 1))
+    assert h.state() is S.UNSUBSCRIBED
+
+
+def test_session_lease_expires_without_answers() -> None:
+    """The member trusts its partitions until its last answered heartbeat's send time plus
+    the broker's session timeout; past it the member fences itself."""
+    h = Harness(settings={"session_timeout_ms": 45_000})
+    ack = h.joined()
+    h.answer(ack, epoch=5)
+    assert h.m.valid_until == ack.sent_at + 45_000
+    h.at(5_000)
+    sent = h.send()
+    h.at(35_000)
+    h.m.on_heartbeat_failed(sent, h.now, "timed out")
+    h.at(ack.sent_at + 45_000)
+    assert isinstance(h.hb(), HeartbeatIdle)
+    assert h.state() is S.FENCED
+    assert "member.lease_expired" in h.event_names()
+    h.poll()
+    assert h.calls[-1] == ("lost", tp("t1", 0, 1))
+
+
+def test_error_makes_the_next_heartbeat_full() -> None:
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    h.answer(h.send(), code=E.COORDINATOR_LOAD_IN_PROGRESS)
+    wait = h.hb()
+    assert isinstance(wait, HeartbeatWait) and wait.until == 5_100  # backoff
+    h.at(5_100)
+    r = h.send().request
+    assert r.topic_partitions is not None and r.subscribed_topic_names is not None
+    assert r.rebalance_timeout_ms == 300_000
+
+
+@pytest.mark.parametrize("code", [E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE])
+def test_coordinator_moved_looks_up_again_without_backoff(code: int) -> None:
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    h.answer(h.send(), code=code)
+    assert h.m.coordinator is None
+    assert h.m.take_signals().drop_coordinator
+    assert isinstance(h.hb(), HeartbeatFindCoordinator)
+    h.found()
+    assert h.send().request.topic_partitions is not None  # full, at once
+
+
+def test_unreleased_instance_id_is_retried_for_a_session_then_fatal() -> None:
+    """Deviation: UNRELEASED_INSTANCE_ID is retried with backoff until the broker's session
+    timeout has passed since the first one, then fatal."""
+    h = Harness(settings={"instance_id": "i-1", "session_timeout_ms": 45_000})
+    h.found()
+    h.poll()
+    while True:
+        action = h.hb()
+        if isinstance(action, HeartbeatWait):
+            h.at(action.until)
+            continue
+        if not isinstance(action, SendConsumerHeartbeat):
+            break
+        assert action.request.member_epoch == 0
+        h.answer(action, code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.FATAL
+    assert 45_000 <= h.now < 47_000
+    assert isinstance(h.poll(), RaiseError)
+
+
+def test_topic_authorization_failed_is_reported_once_and_the_member_stays() -> None:
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    h.answer(h.send(), code=E.TOPIC_AUTHORIZATION_FAILED)
+    action = h.poll()
+    assert isinstance(action, RaiseError) and not action.fatal
+    assert isinstance(action.error, TopicAuthorizationFailed)
+    assert h.state() is S.STABLE
+    assert isinstance(h.poll(), PollIdle)
+
+
+def test_group_id_not_found_is_fatal_in_the_group() -> None:
+    h = Harness()
+    h.answer(h.joined(), code=E.GROUP_ID_NOT_FOUND)
+    assert h.state() is S.FATAL
+    assert isinstance(h.m.fatal, UnexpectedBrokerError)
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        (E.FENCED_INSTANCE_ID, FencedInstanceId),
+        (E.GROUP_AUTHORIZATION_FAILED, GroupAuthorizationFailed),
+        (E.INVALID_REQUEST, UnexpectedBrokerError),
+        (E.UNSUPPORTED_ASSIGNOR, UnexpectedBrokerError),
+        (E.INVALID_REGULAR_EXPRESSION, UnexpectedBrokerError),
+        (E.GROUP_MAX_SIZE_REACHED, Exception),
+        (9999, UnexpectedBrokerError),
+    ],
+)
+def test_fatal_codes(code: int, error: type[Exception]) -> None:
+    h = Harness()
+    h.found()
+    h.poll()
+    h.answer(h.send(), code=code)
+    assert h.state() is S.FATAL
+    assert isinstance(h.m.fatal, error)
+    assert h.m.fatal.error_code == code  # type: ignore[attr-defined]
+
+
+def test_reaction_table_matches_the_spec() -> None:
+    R = HeartbeatReaction
+    assert HEARTBEAT_REACTIONS[E.FENCED_MEMBER_EPOCH] is R.FENCED
+    assert HEARTBEAT_REACTIONS[E.UNKNOWN_MEMBER_ID] is R.FENCED
+    assert HEARTBEAT_REACTIONS[E.COORDINATOR_LOAD_IN_PROGRESS] is R.RETRY_BACKOFF
+    assert HEARTBEAT_REACTIONS[E.UNSUPPORTED_VERSION] is R.UNSUPPORTED
+
+
+def test_regex_subscription_and_assignor_are_sent_on_join_only() -> None:
+    h = Harness(settings={"topics": (), "topic_regex": "t.*", "server_assignor": "range"})
+    ack = h.joined()
+    assert ack.request.subscribed_topic_regex is None  # unchanged since the join
+    h2 = Harness(settings={"topics": (), "topic_regex": "t.*", "server_assignor": "range"})
+    h2.found()
+    h2.poll()
+    r = h2.send().request
+    assert r.subscribed_topic_regex == "t.*" and r.subscribed_topic_names is None
+    assert r.server_assignor == "range"
+
+
+def test_illegal_transition_is_a_kgroup_bug() -> None:
+    h = Harness()
+    with pytest.raises(LocalProtocolError, match="UNSUBSCRIBED -> STABLE"):
+        h.m._set_state(S.STABLE, "test")
+
+
+def test_stale_answer_after_rejoin_is_ignored() -> None:
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    old = h.send()
+    h.m.on_heartbeat_failed(old, h.now, "late")  # the runtime gave up on it
+    h.answer(old, code=E.FENCED_MEMBER_EPOCH)  # ... and its answer arrives after all
+    assert h.state() is S.STABLE
