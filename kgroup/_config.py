@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
+from ._core._kip848_state import ConsumerProtocolSettings
 from ._core._settings import MemberSettings
 from ._errors import ConfigError
 
@@ -40,6 +41,32 @@ DEFAULT_CLOSE_TIMEOUT_MS = 30_000
 DEFAULT_LOOP_STALL_WARN_MS = 500
 DEFAULT_METADATA_MAX_AGE_MS = 300_000
 DEFAULT_EVENT_LOG_MAX_BYTES = 64 * 1024 * 1024
+#: Kafka's group.consumer.session.timeout.ms default (KIP-848).
+DEFAULT_CONSUMER_SESSION_TIMEOUT_MS = 45_000
+
+#: The group protocols (``group_protocol``).
+GROUP_PROTOCOLS = ("classic", "consumer")
+
+#: Settings of the classic protocol that the consumer protocol has no use for: the broker
+#: owns the session and heartbeat interval and assigns partitions itself (as Kafka's
+#: ConsumerConfig refuses them with group.protocol=consumer), and the handoff is a classic
+#: cooperative rebalance.
+_CLASSIC_ONLY = {
+    "session_timeout_ms": (
+        DEFAULT_SESSION_TIMEOUT_MS,
+        "the broker sets the session timeout (group.consumer.session.timeout.ms); give it "
+        "as consumer_session_timeout_ms so the lease can use it",
+    ),
+    "heartbeat_interval_ms": (
+        DEFAULT_HEARTBEAT_INTERVAL_MS,
+        "the broker sets the heartbeat interval (group.consumer.heartbeat.interval.ms)",
+    ),
+    "assignors": (
+        ("range",),
+        "the broker assigns partitions; choose its assignor with group_remote_assignor",
+    ),
+    "handoff_on_close": (False, "a handoff is a classic cooperative rebalance"),
+}
 INT32_MAX = 2**31 - 1
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -166,6 +193,18 @@ class GroupConfig:
     - ``event_log_max_bytes`` (64 MiB): the size at which a directory log starts a new file.
     - ``event_log_topic``: also (or only) produce the event log's lines to this Kafka topic
       of the member's cluster. Default ``None``.
+    - ``group_protocol`` [group.protocol]: ``"classic"`` (default) or ``"consumer"``
+      (KIP-848: the broker assigns, members reconcile on their own). With ``"consumer"``,
+      ``session_timeout_ms``, ``heartbeat_interval_ms``, ``assignors`` and
+      ``handoff_on_close`` are refused (the broker owns them), and ``topic_pattern`` is
+      sent to the broker, which matches it with RE2/J against whole topic names.
+    - ``group_remote_assignor`` [group.remote.assignor]: the server assignor (``"uniform"``,
+      ``"range"`` or a broker plug-in); ``None`` takes the broker's default. Consumer
+      protocol only.
+    - ``consumer_session_timeout_ms`` (45000): the broker's consumer session timeout for
+      this group (``group.consumer.session.timeout.ms``, or the group's
+      ``consumer.session.timeout.ms``). It is not sent: the lease bounds every assignment
+      by it, so give the broker's value when it is shorter than Kafka's default.
     """
 
     bootstrap_servers: str | Sequence[str]
@@ -200,6 +239,9 @@ class GroupConfig:
     event_log: str | os.PathLike[str] | TextIO | None = field(default=None, compare=False)
     event_log_max_bytes: int = DEFAULT_EVENT_LOG_MAX_BYTES
     event_log_topic: str | None = None
+    group_protocol: str = "classic"
+    group_remote_assignor: str | None = None
+    consumer_session_timeout_ms: int = DEFAULT_CONSUMER_SESSION_TIMEOUT_MS
     brokers: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -281,6 +323,37 @@ class GroupConfig:
             raise ConfigError("isolate_heartbeat", "must be True or False")
         self._check_security()
         self._check_event_log()
+        self._check_group_protocol()
+
+    def _check_group_protocol(self) -> None:
+        if self.group_protocol not in GROUP_PROTOCOLS:
+            raise ConfigError(
+                "group_protocol",
+                f"{self.group_protocol!r} is not one of {', '.join(GROUP_PROTOCOLS)}",
+            )
+        if self.group_protocol == "classic":
+            if self.group_remote_assignor is not None:
+                raise ConfigError(
+                    "group_remote_assignor",
+                    'server assignors need group_protocol="consumer"; the classic protocol '
+                    "assigns on the client (assignors)",
+                )
+            return
+        for name, (default, why) in _CLASSIC_ONLY.items():
+            if getattr(self, name) != default:
+                raise ConfigError(name, f'not used with group_protocol="consumer": {why}')
+        assignor = self.group_remote_assignor
+        if assignor is not None and (not isinstance(assignor, str) or not assignor):
+            raise ConfigError("group_remote_assignor", "must be a non-empty string or None")
+        timeout = self.consumer_session_timeout_ms
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int)
+            or not 0 < timeout <= INT32_MAX
+        ):
+            raise ConfigError(
+                "consumer_session_timeout_ms", f"must be in 1..{INT32_MAX}, got {timeout!r}"
+            )
 
     def _check_event_log(self) -> None:
         target = self.event_log
@@ -381,6 +454,34 @@ class GroupConfig:
             retry_backoff_max_ms=self.retry_backoff_max_ms,
             request_timeout_ms=self.request_timeout_ms,
             leaves_on_close=self.leaves_on_close,
+        )
+
+    def consumer_protocol_settings(self, member_id: str) -> ConsumerProtocolSettings:
+        """The settings the consumer-protocol core reads, for the client-generated
+        ``member_id``. The leave on close follows KIP-1092 as Kafka 4.4.0's client does:
+        -1 when ``leave_group_on_close`` is True or the member is dynamic; -2 (leaving for
+        now) for a static member; nothing for a dynamic member told to stay."""
+        leave_epoch: int | None
+        if self.leave_group_on_close is True:
+            leave_epoch = -1
+        elif self.is_static:
+            leave_epoch = -2
+        else:
+            leave_epoch = None if self.leave_group_on_close is False else -1
+        return ConsumerProtocolSettings(
+            group_id=self.group_id,
+            member_id=member_id,
+            instance_id=self.group_instance_id,
+            topics=tuple(self.topics),
+            topic_regex=self.topic_pattern,
+            server_assignor=self.group_remote_assignor,
+            rack_id=self.rack_id,
+            max_poll_interval_ms=self.max_poll_interval_ms,
+            session_timeout_ms=self.consumer_session_timeout_ms,
+            retry_backoff_ms=self.retry_backoff_ms,
+            retry_backoff_max_ms=self.retry_backoff_max_ms,
+            request_timeout_ms=self.request_timeout_ms,
+            leave_epoch_on_close=leave_epoch,
         )
 
     @property

@@ -33,7 +33,7 @@ from .._core._embedding import ConsumerEmbedding
 from .._core._group_protocol import GroupProtocol
 from .._core._member import MemberCore
 from .._core._state import Generation, MemberState
-from .._errors import ListenerError, UsageError
+from .._errors import ConfigError, ListenerError, UsageError
 from .._listener import ItemListener, RebalanceListener
 from .._log import logger, sink_failures
 from .._stats import MemberStats, Percentiles
@@ -100,6 +100,12 @@ class GroupMember:
     ) -> None:
         if not isinstance(config, GroupConfig):
             raise UsageError(f"config must be a GroupConfig, got {type(config).__name__}")
+        if config.group_protocol != "classic":
+            raise ConfigError(
+                "group_protocol",
+                f"{config.group_protocol!r}: the KIP-848 consumer protocol's state machine "
+                'exists, but no member runs it yet (docs/limitations.md); use "classic"',
+            )
         self._config = config
         shared = Shared(config, listener=listener, clock=clock, protocol=protocol)
         self._shared = shared

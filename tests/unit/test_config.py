@@ -174,3 +174,82 @@ def test_trailing_newline_is_not_a_legal_name(field: str) -> None:
 
 def test_non_ascii_digit_port_is_a_config_error() -> None:
     assert config_error(bootstrap_servers="host:²").field == "bootstrap_servers"
+
+
+# -- the consumer group protocol (KIP-848) ----------------------------------------------------
+
+
+def _consumer(**kw: object) -> GroupConfig:
+    return GroupConfig(
+        bootstrap_servers="b:9092",
+        group_id="g",
+        topics=["t"],
+        group_protocol="consumer",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_group_protocol_defaults_to_classic_and_rejects_others() -> None:
+    assert GroupConfig(bootstrap_servers="b:9092", group_id="g").group_protocol == "classic"
+    with pytest.raises(ConfigError, match="group_protocol: 'share' is not one of"):
+        GroupConfig(bootstrap_servers="b:9092", group_id="g", group_protocol="share")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("session_timeout_ms", 10_000, "consumer_session_timeout_ms"),
+        ("heartbeat_interval_ms", 1_000, "group.consumer.heartbeat.interval.ms"),
+        ("assignors", ["cooperative-sticky"], "group_remote_assignor"),
+        ("handoff_on_close", True, "classic cooperative"),
+    ],
+)
+def test_classic_only_settings_are_refused_with_the_consumer_protocol(
+    name: str, value: object, why: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"^{name}: not used with .*{why}") as err:
+        _consumer(**{name: value})
+    assert err.value.field == name
+
+
+def test_remote_assignor_needs_the_consumer_protocol() -> None:
+    with pytest.raises(ConfigError, match="group_remote_assignor: server assignors need"):
+        GroupConfig(bootstrap_servers="b:9092", group_id="g", group_remote_assignor="uniform")
+    assert _consumer(group_remote_assignor="range").group_remote_assignor == "range"
+    with pytest.raises(ConfigError, match="group_remote_assignor: must be a non-empty"):
+        _consumer(group_remote_assignor="")
+    with pytest.raises(ConfigError, match="consumer_session_timeout_ms: must be in"):
+        _consumer(consumer_session_timeout_ms=0)
+
+
+@pytest.mark.parametrize(
+    ("instance", "leave", "epoch"),
+    [(None, None, -1), (None, True, -1), (None, False, None), ("i", None, -2), ("i", True, -1),
+     ("i", False, -2)],
+)  # fmt: skip
+def test_consumer_protocol_settings_follow_kip_1092(
+    instance: str | None, leave: bool | None, epoch: int | None
+) -> None:
+    config = _consumer(
+        group_instance_id=instance,
+        leave_group_on_close=leave,
+        topic_pattern=None,
+        rack_id="r1",
+        consumer_session_timeout_ms=50_000,
+    )
+    st = config.consumer_protocol_settings("m-1")
+    assert st.leave_epoch_on_close == epoch
+    assert (st.member_id, st.instance_id, st.rack_id, st.session_timeout_ms) == (
+        "m-1",
+        instance,
+        "r1",
+        50_000,
+    )
+    assert st.topics == ("t",) and st.rebalance_timeout_ms == config.max_poll_interval_ms
+
+
+def test_a_member_refuses_the_consumer_protocol_until_it_runs_it() -> None:
+    from kgroup import GroupMember
+
+    with pytest.raises(ConfigError, match="group_protocol: 'consumer': the KIP-848"):
+        GroupMember(_consumer())
