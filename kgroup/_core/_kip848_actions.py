@@ -97,7 +97,7 @@ class Reconcile:
     """Move the member from what it owns to ``owned_after`` (spec §10.5): stop fetching
     ``revoked`` (committing first with auto-commit), call ``on_partitions_revoked(revoked)``
     if it is not empty, install the new set, call ``on_partitions_assigned(assigned)``
-    (even when empty), then report ``reconciled(self, now)`` (or ``reconcile_failed``).
+    (even when empty), then report ``reconciled(self, now)``, also when a callback raised.
     ``epoch`` is the member epoch a commit before the revoke must carry."""
 
     revoked: frozenset[TopicPartition]

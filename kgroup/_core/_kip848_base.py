@@ -35,7 +35,7 @@ from ._kip848_state import (
 )
 from ._messages_848 import LEAVE_EPOCH
 from ._signals import SignalFlags, Signals
-from ._state import Coordinator
+from ._state import Coordinator, Generation
 from ._timers import ExponentialBackoff
 
 __all__ = ["ConsumerMemberBase", "SentFields"]
@@ -181,7 +181,8 @@ class ConsumerMemberBase:
         self._lost_reason = reason
         self._emit("member.fenced", reason=reason)
 
-    def _record_fatal(self, err: KGroupError) -> None:
+    def record_fatal(self, err: KGroupError) -> None:
+        """Store a fatal error (raised from every later ``poll()``); the member is FATAL."""
         if self.fatal is None:
             self.fatal = err
             self._emit("member.fatal_error", error=type(err).__name__, message=str(err))
@@ -196,6 +197,12 @@ class ConsumerMemberBase:
         self.coordinator = None
         self._sent = None
         self._signals.wake_heartbeat = True
+
+    @property
+    def generation(self) -> Generation:
+        """The member as the classic API names it: ``generation_id`` is the member epoch,
+        and there is no protocol name (the broker assigns)."""
+        return Generation(self.member_epoch, self.member_id, None)
 
     # -- names -----------------------------------------------------------------------------
 

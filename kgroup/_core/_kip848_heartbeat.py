@@ -95,7 +95,7 @@ class HeartbeatDriver(ConsumerMemberBase):
                 "member.coordinator_found", node_id=resp.node_id, host=resp.host, port=resp.port
             )
         elif reaction is Reaction.UNAUTHORIZED:
-            self._record_fatal(
+            self.record_fatal(
                 GroupAuthorizationFailed(
                     f"not authorized to use group {self.settings.group_id!r} (FindCoordinator)",
                     group_id=self.settings.group_id,
@@ -107,7 +107,11 @@ class HeartbeatDriver(ConsumerMemberBase):
         elif reaction is Reaction.RETRY_BACKOFF:
             self.on_find_coordinator_failed(now, ErrorCode.describe(resp.error_code))
         else:
-            self._record_fatal(self._error(resp.error_code, "FindCoordinator", resp.error_message))
+            self.record_fatal(self._error(resp.error_code, "FindCoordinator", resp.error_message))
+
+    def on_coordinator_unreachable(self, now: float, reason: str) -> None:
+        """The lookup named a coordinator that could not be reached: as a failed lookup."""
+        self.on_find_coordinator_failed(now, reason)
 
     def on_find_coordinator_failed(self, now: float, reason: str) -> None:
         """The lookup failed (an error answer, no broker reachable, or the coordinator it
@@ -304,7 +308,7 @@ class HeartbeatDriver(ConsumerMemberBase):
             if self._unreleased_since is None:
                 self._unreleased_since = now
             if now - self._unreleased_since >= self.settings.session_timeout_ms:
-                self._record_fatal(self._error(code, "ConsumerGroupHeartbeat", resp.error_message))
+                self.record_fatal(self._error(code, "ConsumerGroupHeartbeat", resp.error_message))
             else:
                 self._back_off(now)
         elif reaction is R.REPORT_TOPIC_AUTHORIZATION:
@@ -317,7 +321,7 @@ class HeartbeatDriver(ConsumerMemberBase):
         elif reaction is R.GROUP_NOT_FOUND and self.state is S.PREPARE_LEAVING:
             self.member_epoch = 0
         elif reaction is R.UNSUPPORTED:
-            self._record_fatal(
+            self.record_fatal(
                 UnsupportedVersion(
                     f"ConsumerGroupHeartbeat failed with {ErrorCode.describe(code)}: "
                     + CLASSIC_HINT,
@@ -329,7 +333,7 @@ class HeartbeatDriver(ConsumerMemberBase):
                 )
             )
         else:
-            self._record_fatal(self._error(code, "ConsumerGroupHeartbeat", resp.error_message))
+            self.record_fatal(self._error(code, "ConsumerGroupHeartbeat", resp.error_message))
 
     def _accept(
         self,

@@ -16,8 +16,9 @@ priority:
 One reconciliation runs at a time; a target that arrives meanwhile is taken up when it
 finishes. If the member rejoined or left RECONCILING meanwhile, the result is recorded as
 what the runtime now holds but not acknowledged (the abort of §10.5 step 7). A callback that
-raises ends the reconciliation without an acknowledgement (§10.5 step 8); the next
-``poll()`` starts it again from what the member then holds.
+raises does not stop the reconciliation: its partitions are released or installed anyway
+and the error is raised from ``poll()`` afterwards, as for the classic protocol
+(:class:`~kgroup.ListenerError`; deviation 17 in docs/design/deviations.md).
 """
 
 from __future__ import annotations
@@ -111,18 +112,6 @@ class PollDriver(ConsumerMemberBase):
             self._assigned_since_join = True
             self._set_state(S.ACKNOWLEDGING, "reconciled")
             self._emit("member.reconciled", owned=len(self.owned))
-        self._signals.wake_poll = True
-
-    def reconcile_failed(
-        self, action: Reconcile, holds: frozenset[IdPartition], now: float
-    ) -> None:
-        """A callback of ``action`` raised: the runtime holds ``holds`` now. No
-        acknowledgement; the next ``poll()`` reconciles again."""
-        if self._reconciling is not action:
-            return
-        self._reconciling = None
-        self._hold(holds)
-        self._emit("member.reconcile_failed", owned=len(self.owned))
         self._signals.wake_poll = True
 
     def _hold(self, owned: frozenset[IdPartition]) -> None:

@@ -29,7 +29,7 @@ from kgroup._core._kip848_actions import (
 )
 from kgroup._core._kip848_member import ConsumerProtocolMember
 from kgroup._core._kip848_reactions import HEARTBEAT_REACTIONS, HeartbeatReaction
-from kgroup._core._kip848_state import ConsumerProtocolSettings, ConsumerState, IdPartition
+from kgroup._core._kip848_state import ConsumerProtocolSettings, ConsumerState
 from kgroup._core._messages import FindCoordinatorResponse
 from kgroup._core._messages_848 import ConsumerGroupHeartbeatResponse, TopicIdPartitions
 from kgroup._errors import (
@@ -66,7 +66,6 @@ class Harness:
     errors: list[Exception] = field(default_factory=list)
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     lookups: list[frozenset[uuid.UUID]] = field(default_factory=list)
-    fail_callback: str | None = None
 
     def __post_init__(self) -> None:
         st = ConsumerProtocolSettings(
@@ -134,12 +133,6 @@ class Harness:
             if isinstance(action, Reconcile):
                 if action.revoked:
                     self.calls.append(("revoked", action.revoked))
-                if self.fail_callback == "assigned":
-                    self.calls.append(("assigned!", action.assigned))
-                    self.m.reconcile_failed(
-                        action, self.m.owned - frozenset(self._ids(action.revoked)), self.now
-                    )
-                    return action
                 self.calls.append(("assigned", action.assigned))
                 self.m.reconciled(action, self.now)
             elif isinstance(action, ReleaseLost):
@@ -159,10 +152,6 @@ class Harness:
                 assert isinstance(action, PollIdle)
                 return action
         raise AssertionError("poll driver does not settle")
-
-    def _ids(self, partitions: frozenset[TopicPartition]) -> set[IdPartition]:
-        by_name = {n: t for t, n in self.m.names.items()}
-        return {IdPartition(by_name[p.topic], p.partition) for p in partitions}
 
     def joined(self, epoch: int = 5, assigned: Any = ((T1, (0, 1)),)) -> SendConsumerHeartbeat:
         """Join, get ``assigned`` at ``epoch``, reconcile; return the acknowledging send."""
@@ -424,21 +413,6 @@ def test_one_reconciliation_at_a_time_and_abort_on_rejoin() -> None:
     h.drain()
     assert h.calls[-1] == ("lost", tp("t1", 0, 1, 2))
     assert h.state() is S.JOINING
-
-
-def test_a_failing_callback_is_not_acknowledged_and_retried_at_the_next_poll() -> None:
-    h = Harness(fail_callback="assigned")
-    h.found()
-    h.poll()
-    h.answer(h.send(), epoch=5, assigned=assignment((T1, (0,))))
-    h.poll()
-    assert h.calls == [("assigned!", tp("t1", 0))]
-    assert h.state() is S.RECONCILING
-    assert "member.reconcile_failed" in h.event_names()
-    h.fail_callback = None
-    h.poll()
-    assert h.calls[-1] == ("assigned", tp("t1", 0))
-    assert h.state() is S.ACKNOWLEDGING
 
 
 def test_same_target_again_acknowledges_without_callbacks() -> None:
