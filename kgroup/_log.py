@@ -35,6 +35,13 @@ Level = Literal["debug", "info", "warning", "error"]
 
 EventName = Literal[
     "member.state_changed",
+    "member.fenced",
+    "member.assignment_received",
+    "member.reconciling",
+    "member.reconciled",
+    "member.topic_lookup_failed",
+    "member.leave_sent",
+    "member.member_id_changed",
     "member.join_sent",
     "member.joined",
     "member.synced",
@@ -117,6 +124,41 @@ def _e(level: Level, fields: str, summary: str) -> EventInfo:
 
 
 EVENTS: Mapping[EventName, EventInfo] = {
+    "member.fenced": _e(
+        "warning",
+        "reason",
+        "Consumer protocol: fenced by the broker (or its lease ran out): its partitions "
+        "are lost and it rejoins with epoch 0.",
+    ),
+    "member.assignment_received": _e(
+        "info", "partitions", "Consumer protocol: a new target assignment arrived from the broker."
+    ),
+    "member.reconciling": _e(
+        "info",
+        "revoked assigned unresolved_topics",
+        "Consumer protocol: a reconciliation starts (revoke, then assign).",
+    ),
+    "member.reconciled": _e(
+        "info",
+        "owned",
+        "Consumer protocol: the reconciliation is done; the next heartbeat acknowledges it.",
+    ),
+    "member.topic_lookup_failed": _e(
+        "warning",
+        "reason",
+        "Consumer protocol: a Metadata lookup of assigned topic ids failed; retried after "
+        "the backoff.",
+    ),
+    "member.leave_sent": _e(
+        "info",
+        "epoch",
+        "Consumer protocol: the leave heartbeat (epoch -1, or -2 for a static member) was sent.",
+    ),
+    "member.member_id_changed": _e(
+        "warning",
+        "old new",
+        "Consumer protocol: the broker answered with another member id, which the member adopts.",
+    ),
     "member.state_changed": _e("info", "old new reason", "The member's state changed."),
     "member.join_sent": _e("info", "reason", "A JoinGroup request is being sent."),
     "member.joined": _e(

@@ -86,6 +86,8 @@ class ConsumerMemberBase:
         #: The latest assignment the broker gave (None: none since joining).
         self.target: frozenset[IdPartition] | None = None
         self.fatal: KGroupError | None = None
+        #: There is no leader in a consumer-protocol group (GroupMember.is_leader).
+        self.is_leader = False
         # Discovery.
         self._find_attempts = 0
         self._find_retry_at = 0.0
@@ -192,7 +194,7 @@ class ConsumerMemberBase:
         """Forget the coordinator (the runtime closes its connection, failing what is in
         flight on it); the next heartbeat is full."""
         if self.coordinator is not None:
-            self._emit("member.coordinator_unknown", reason=reason)
+            self._emit("member.coordinator_lost", reason=reason)
             self._signals.drop_coordinator = True
         self.coordinator = None
         self._sent = None

@@ -64,6 +64,16 @@ class PollDriver(ConsumerMemberBase):
             return self._reconcile(now)
         return PollIdle(self._resolve_at if self._unresolved() else None)
 
+    def poll_work_pending(self) -> bool:
+        """Whether ``poll()`` has something to do or raise now."""
+        if self.fatal is not None or self._report is not None or self._lost_reason:
+            return True
+        return self.state is S.RECONCILING and self._reconciling is None
+
+    def rebalance_pending(self) -> bool:
+        """Whether the member is joining, converging on a new target, or must rejoin."""
+        return self.poll_work_pending() or self.state in (S.JOINING, S.FENCED, S.STALE)
+
     # -- reconciliation --------------------------------------------------------------------
 
     def _unresolved(self) -> frozenset[uuid.UUID]:

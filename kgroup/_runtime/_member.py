@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from .._config import GroupConfig, check_topic_pattern, check_topics
 from .._core._assignors import RebalanceProtocol
@@ -35,13 +35,15 @@ from .._core._member import MemberCore
 from .._core._state import Generation, MemberState
 from .._errors import ConfigError, ListenerError, UsageError
 from .._listener import ItemListener, RebalanceListener
-from .._log import logger, sink_failures
-from .._stats import MemberStats, Percentiles
+from .._log import logger
+from .._stats import MemberStats
 from ._event_log import close_event_log, open_event_log
 from ._handoff import hand_off
 from ._heartbeat import HeartbeatDriver, send_leave
+from ._kip848 import ConsumerProtocolRuntime, classic_state
 from ._link import CoordinatorLink
 from ._loop_thread import LoopThread
+from ._member_stats import member_stats
 from ._metadata import MetadataWatch
 from ._offsets import OffsetAndMetadata, commit_offsets, fetch_committed
 from ._rebalance import RebalanceDriver
@@ -100,13 +102,11 @@ class GroupMember:
     ) -> None:
         if not isinstance(config, GroupConfig):
             raise UsageError(f"config must be a GroupConfig, got {type(config).__name__}")
-        if config.group_protocol != "classic":
-            raise ConfigError(
-                "group_protocol",
-                f"{config.group_protocol!r}: the KIP-848 consumer protocol's state machine "
-                'exists, but no member runs it yet (docs/limitations.md); use "classic"',
-            )
+        if config.group_protocol == "consumer" and protocol is not None:
+            raise ConfigError("group_protocol", "a GroupProtocol member needs the classic protocol")
         self._config = config
+        #: The consumer-protocol runtime (KIP-848), from start() on; None for classic.
+        self._kip848: ConsumerProtocolRuntime | None = None
         shared = Shared(config, listener=listener, clock=clock, protocol=protocol)
         self._shared = shared
         self._link = CoordinatorLink(
@@ -126,6 +126,11 @@ class GroupMember:
 
     @property
     def state(self) -> MemberState:
+        """The member's state; a consumer-protocol member's maps to the nearest classic
+        one (JOINING is PREPARING_REBALANCE, RECONCILING and ACKNOWLEDGING are
+        COMPLETING_REBALANCE)."""
+        if self._kip848 is not None:
+            return classic_state(self._kip848.core.state)
         core = self._shared.core
         return core.state if core is not None else MemberState.UNJOINED
 
@@ -142,6 +147,8 @@ class GroupMember:
     def assignment(self) -> frozenset[Any]:
         """What this member owns now (as of its last completed rebalance): TopicPartitions
         in a consumer group, item names (str) for a :class:`GroupProtocol` member."""
+        if self._kip848 is not None:
+            return self._kip848.assignment
         return self._shared.embedding.owned
 
     @property
@@ -181,35 +188,7 @@ class GroupMember:
 
     def stats(self) -> MemberStats:
         """A typed snapshot for observability (:class:`~kgroup.MemberStats`; times in ms)."""
-        shared = self._shared
-        now = shared.now()
-        hb = shared.hb_stats
-        with shared.lock:
-            core = shared.core
-            received = None if core is None else core.timers.last_heartbeat_received
-            valid_until = None if core is None else core.valid_until
-            generation = self.generation
-            return MemberStats(
-                state=self.state.name,
-                generation=generation.generation_id,
-                member_id=generation.member_id,
-                assignment=tuple(sorted(str(tp) for tp in shared.embedding.owned)),
-                isolated=self._config.isolate_heartbeat,
-                rebalances=0 if core is None else core.rebalances,
-                last_rebalance_ms=None if core is None else core.last_rebalance_ms,
-                last_heartbeat_age_ms=None if received is None else now - received,
-                heartbeats_sent=hb.sent,
-                heartbeats_acknowledged=hb.acknowledged,
-                heartbeats_failed=hb.failed,
-                heartbeats_late=hb.late,
-                heartbeat_lateness_ms=Percentiles(**hb.lateness.summary()),
-                heartbeat_rtt_ms=Percentiles(**hb.rtt.summary()),
-                last_heartbeat_lateness_ms=hb.last_lateness_ms,
-                lease_remaining_ms=None if valid_until is None else max(0.0, valid_until - now),
-                event_hook_failures=shared.hook_failures,
-                log_sink_failures=sink_failures(),
-                event_log_dropped=0 if shared.recorder is None else shared.recorder.dropped,
-            )
+        return member_stats(self, self._shared)
 
     def __repr__(self) -> str:
         return (
@@ -274,6 +253,9 @@ class GroupMember:
             observer=shared.observe,
             holds_assignment=lambda: bool(embedding.owned or shared.releasing),
         )
+        if self._config.group_protocol == "consumer":
+            self._kip848 = ConsumerProtocolRuntime(shared, self._link, self._rebalance)
+            shared.core = cast(MemberCore, self._kip848.core)  # the link's calls: both cores
         shared.lifecycle = Lifecycle.OPEN
         if thread is None:
             self._spawn_coordinator_tasks()
@@ -284,7 +266,7 @@ class GroupMember:
                 group=self._config.group_id,
                 thread=f"kgroup-coordinator-{self._config.group_id}",
             )
-        if isinstance(embedding, ConsumerEmbedding) and embedding.pattern is not None:
+        if self._kip848 is None and isinstance(embedding, ConsumerEmbedding) and embedding.pattern:
             # Join with the topics the pattern matches now, not with none (which would cost
             # the group a second rebalance once the watch resolved it).
             if not await shared.seam.run_on_coordinator(self._metadata.refresh()):
@@ -292,6 +274,9 @@ class GroupMember:
 
     def _spawn_coordinator_tasks(self) -> None:
         """On the coordinator loop: start the heartbeat task and the metadata watch."""
+        if self._kip848 is not None:  # the broker resolves patterns and watches metadata
+            self._shared.tasks.spawn(self._kip848.run(), "kgroup-heartbeat")
+            return
         self._shared.tasks.spawn(self._heartbeat.run(self._abandoned), "kgroup-heartbeat")
         self._shared.tasks.spawn(self._metadata.run(), "kgroup-metadata-watch")
 
@@ -324,6 +309,7 @@ class GroupMember:
         ``metadata_max_age_ms``. Raises ConfigError for an invalid argument."""
         shared = self._shared
         shared.check_open()
+        self._classic_only("subscribe()")
         if (topics is None) == (pattern is None):
             raise UsageError("subscribe() takes either topics or pattern")
         embedding = shared.embedding
@@ -358,11 +344,16 @@ class GroupMember:
         fresh metadata). Useful when something the assignor uses changed outside Kafka."""
         shared = self._shared
         shared.check_open()
+        self._classic_only("enforce_rebalance()")
         if not isinstance(reason, str) or not reason:
             raise UsageError("enforce_rebalance() needs a non-empty reason string")
         logger.info("member.rebalance_enforced", group=self._config.group_id, reason=reason)
         with shared.step() as core:
             core.request_rejoin(reason)
+
+    def _classic_only(self, what: str) -> None:
+        if self._config.group_protocol != "classic":
+            raise UsageError(f'{what} is not available with group_protocol="consumer" yet')
 
     def _abandoned(self) -> bool:
         """Isolated mode: the application's loop closed without ``close()``. Then nobody
@@ -432,6 +423,8 @@ class GroupMember:
         errors recorded since the last call (GroupError subclasses, InternalError), and
         ListenerError if a callback raised (after the rebalance step completed).
         """
+        if self._kip848 is not None:
+            return await self._kip848.poll(timeout)
         return await self._rebalance.poll(timeout)
 
     async def wait_rebalance_pending(self, timeout: float | None = None) -> bool:
@@ -489,6 +482,7 @@ class GroupMember:
         :class:`~kgroup.GroupAuthorizationFailed` / :class:`~kgroup.FencedInstanceId` (also
         raised by the next ``poll()``), or :class:`~kgroup.OffsetsError` (rejected, or not
         done before the timeout)."""
+        self._classic_only("commit_offsets()")
         await commit_offsets(self, offsets, timeout=timeout)
 
     async def fetch_committed(
@@ -499,6 +493,7 @@ class GroupMember:
         ``request_timeout_ms``). Raises :class:`~kgroup.OffsetsError`,
         :class:`~kgroup.TopicAuthorizationFailed` or the fatal
         :class:`~kgroup.GroupAuthorizationFailed`."""
+        self._classic_only("fetch_committed()")
         return await fetch_committed(self, partitions, timeout=timeout)
 
     # -- abort and close -------------------------------------------------------------------------
@@ -566,6 +561,9 @@ class GroupMember:
         try:
             async with asyncio.timeout(budget):
                 outcome = None
+                if self._kip848 is not None:
+                    await self._kip848.close(errors)
+                    return
                 if handoff:
                     # Three quarters of the budget (ms): the others join the handoff's
                     # rebalance at their next heartbeat; the rest is for the fallback.

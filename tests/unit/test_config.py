@@ -248,8 +248,9 @@ def test_consumer_protocol_settings_follow_kip_1092(
     assert st.topics == ("t",) and st.rebalance_timeout_ms == config.max_poll_interval_ms
 
 
-def test_a_member_refuses_the_consumer_protocol_until_it_runs_it() -> None:
-    from kgroup import GroupMember
+def test_a_group_protocol_member_needs_the_classic_protocol() -> None:
+    from kgroup import GroupMember, LeaderElection
 
-    with pytest.raises(ConfigError, match="group_protocol: 'consumer': the KIP-848"):
-        GroupMember(_consumer())
+    config = GroupConfig(bootstrap_servers="b:9092", group_id="g", group_protocol="consumer")
+    with pytest.raises(ConfigError, match="group_protocol: a GroupProtocol member needs"):
+        GroupMember(config, protocol=LeaderElection())

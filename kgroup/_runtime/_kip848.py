@@ -1,0 +1,304 @@
+"""The asyncio runtime of a KIP-848 ``consumer``-protocol member.
+
+It drives :class:`~kgroup._core._kip848_member.ConsumerProtocolMember` with the parts the
+classic runtime already has: :class:`~._shared.Shared` (the core behind its lock, the
+Events, the task owner, the signals), :class:`~._link.CoordinatorLink` (the coordinator
+lookup and connection: both cores answer the same discovery calls) and
+:meth:`~._rebalance.RebalanceDriver.run_calls` (the listener's callbacks, in the caller's
+task). What it adds:
+
+- the **heartbeat task** (:meth:`ConsumerProtocolRuntime.run`): one loop, one wait on
+  ``hb_wake``, one heartbeat in flight; a leave heartbeat is sent and its answer only
+  logged;
+- the **poll path** (:meth:`~ConsumerProtocolRuntime.poll`): reconciliations with their
+  callbacks, topic-id lookups (Metadata by id), lost partitions, fatal errors;
+- the **leave on close** (:meth:`~ConsumerProtocolRuntime.close`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping
+from typing import Any, assert_never
+
+from .._core._consumer_protocol import TopicPartition
+from .._core._embedding import ListenerCall
+from .._core._kip848_actions import (
+    HeartbeatFindCoordinator,
+    HeartbeatIdle,
+    HeartbeatWait,
+    PollIdle,
+    RaiseError,
+    Reconcile,
+    ReleaseLost,
+    ReleaseOnLeave,
+    ResolveTopics,
+    SendConsumerHeartbeat,
+)
+from .._core._kip848_member import ConsumerProtocolMember
+from .._core._kip848_state import ConsumerState
+from .._core._state import MemberState
+from .._errors import CoordinatorError, KGroupError, ListenerError, RemoteProtocolError
+from ._link import CoordinatorLink
+from ._rebalance import RebalanceDriver
+from ._shared import Lifecycle, Shared
+
+__all__ = ["ConsumerProtocolRuntime", "classic_state"]
+
+S = ConsumerState
+
+#: How the consumer protocol's states show through the classic ``GroupMember.state``.
+_CLASSIC_STATE = {
+    S.UNSUBSCRIBED: MemberState.UNJOINED,
+    S.JOINING: MemberState.PREPARING_REBALANCE,
+    S.RECONCILING: MemberState.COMPLETING_REBALANCE,
+    S.ACKNOWLEDGING: MemberState.COMPLETING_REBALANCE,
+    S.STABLE: MemberState.STABLE,
+    S.FENCED: MemberState.UNJOINED,
+    S.PREPARE_LEAVING: MemberState.STABLE,
+    S.LEAVING: MemberState.UNJOINED,
+    S.STALE: MemberState.UNJOINED,
+    S.FATAL: MemberState.UNJOINED,
+}
+
+
+def classic_state(state: ConsumerState) -> MemberState:
+    """``state`` as the classic member states name it (GroupMember.state)."""
+    return _CLASSIC_STATE[state]
+
+
+class _Step:
+    """The core under the member's lock, its signals applied on exit: ``Shared.step`` for
+    this core's type."""
+
+    __slots__ = ("_core", "_shared")
+
+    def __init__(self, shared: Shared, core: ConsumerProtocolMember) -> None:
+        self._shared = shared
+        self._core = core
+
+    def __enter__(self) -> ConsumerProtocolMember:
+        self._shared.lock.acquire()
+        return self._core
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            signals = self._core.take_signals()
+        finally:
+            self._shared.lock.release()
+        if signals:
+            self._shared.apply(signals)
+
+
+class ConsumerProtocolRuntime:
+    """Runs one consumer-protocol member (see the module docstring)."""
+
+    def __init__(self, shared: Shared, link: CoordinatorLink, rebalance: RebalanceDriver) -> None:
+        self._shared = shared
+        self._link = link
+        self._rebalance = rebalance
+        settings = shared.config.consumer_protocol_settings(str(uuid.uuid4()))
+        self.core = ConsumerProtocolMember(settings, now=shared.now(), observer=shared.observe)
+        #: What the application holds, with topic names (GroupMember.assignment).
+        self.assignment: frozenset[TopicPartition] = frozenset()
+        self._leave_sent = asyncio.Event()
+
+    def _step(self) -> _Step:
+        return _Step(self._shared, self.core)
+
+    # -- the heartbeat task ----------------------------------------------------------------
+
+    async def _wait(self, until: float | None) -> None:
+        shared = self._shared
+        timeout = None if until is None else max(0.0, (until - shared.now()) / 1000.0)
+        try:
+            async with asyncio.timeout(timeout):
+                await shared.hb_wake.wait()
+        except TimeoutError:
+            pass
+
+    async def run(self) -> None:
+        """The heartbeat task, on the coordinator loop, until the member closes."""
+        shared = self._shared
+        while shared.lifecycle in (Lifecycle.OPEN, Lifecycle.CLOSING):
+            shared.hb_wake.clear()
+            with self._step() as core:
+                action = core.heartbeat_action(shared.now())
+            match action:
+                case SendConsumerHeartbeat():
+                    await self._heartbeat(action)
+                case HeartbeatFindCoordinator(until=until):
+                    if until <= shared.now():
+                        await self._link.ensure_lookup()
+                    else:
+                        await self._wait(until)
+                case HeartbeatWait(until=until):
+                    await self._wait(until)
+                case HeartbeatIdle(until=until):
+                    await self._wait(until)
+                case _:
+                    assert_never(action)
+
+    async def _heartbeat(self, action: SendConsumerHeartbeat) -> None:
+        shared = self._shared
+        stats = shared.hb_stats
+        stats.sending()
+        try:
+            response = await self._link.request(action.request, action.timeout_ms)
+        except (CoordinatorError, RemoteProtocolError) as exc:
+            stats.lost()
+            if action.leave:
+                shared.log(
+                    "member.leave_group_failed", group=shared.config.group_id, error=str(exc)
+                )
+                self._leave_sent.set()
+                return
+            with self._step() as core:
+                core.on_heartbeat_failed(action, shared.now(), str(exc))
+            return
+        except KGroupError as exc:  # UnsupportedVersion from the negotiation, ...
+            if action.leave:
+                self._leave_sent.set()
+                return
+            with self._step() as core:
+                core.record_fatal(exc)
+            return
+        if action.leave:
+            shared.log(
+                "member.left_group",
+                group=shared.config.group_id,
+                member_id=action.request.member_id,
+                error_code=response.error_code,
+            )
+            self._leave_sent.set()
+            return
+        now = shared.now()
+        stats.answered(action.sent_at, now, ok=response.error_code == 0)
+        with self._step() as core:
+            core.on_heartbeat_response(action, response, now)
+
+    # -- the poll path ---------------------------------------------------------------------
+
+    async def poll(self, timeout: float | None) -> frozenset[TopicPartition]:
+        """See :meth:`kgroup.GroupMember.poll`: returns once a reconciliation (or a loss)
+        completed, or at ``timeout``."""
+        shared = self._shared
+        shared.check_open()
+        deadline = None if timeout is None else shared.now() + max(0.0, timeout) * 1000.0
+        errors: list[ListenerError] = []
+        changed = False
+        while shared.open:
+            shared.poll_wake.clear()
+            with self._step() as core:
+                core.polled(shared.now())
+                action = core.poll_action(shared.now())
+            if isinstance(action, PollIdle):
+                if changed or (deadline is not None and shared.now() >= deadline):
+                    break
+                await self._wait_in_poll(action.until, deadline)
+                continue
+            changed |= await self._run(action, errors)
+        if errors:
+            raise errors[0]
+        await asyncio.sleep(0)  # a poll loop always yields to the event loop
+        return self.assignment
+
+    async def _wait_in_poll(self, until: float | None, deadline: float | None) -> None:
+        shared = self._shared
+        now = shared.now()
+        limit = now + shared.config.max_poll_interval_ms / 2  # keep the poll timer reset
+        for bound in (until, deadline):
+            if bound is not None:
+                limit = min(limit, bound)
+        try:
+            async with asyncio.timeout(max(0.0, (limit - now) / 1000.0)):
+                await shared.poll_wake.wait()
+        except TimeoutError:
+            pass
+
+    async def _run(self, action: Any, errors: list[ListenerError]) -> bool:
+        """Run one poll action; True when the assignment changed."""
+        shared = self._shared
+        match action:
+            case RaiseError(error=error):
+                raise error
+            case Reconcile():
+                calls = []
+                if action.revoked:
+                    calls.append(ListenerCall("on_partitions_revoked", action.revoked))
+                calls.append(ListenerCall("on_partitions_assigned", action.assigned))
+                self.assignment = self.assignment - action.revoked
+                await self._rebalance.run_calls((calls[0],), errors)
+                if len(calls) == 2:
+                    await self._rebalance.run_calls((calls[1],), errors)
+                self.assignment = (self.assignment - action.revoked) | action.assigned
+                with self._step() as core:
+                    core.reconciled(action, shared.now())
+                return True
+            case ReleaseLost(partitions=partitions):
+                self.assignment = frozenset()
+                await self._rebalance.run_calls(
+                    (ListenerCall("on_partitions_lost", partitions),), errors
+                )
+                with self._step() as core:
+                    core.lost_released(shared.now())
+                return True
+            case ReleaseOnLeave(partitions=partitions, lost=lost):
+                call = ListenerCall(
+                    "on_partitions_lost" if lost else "on_partitions_revoked", partitions
+                )
+                await self._rebalance.run_calls((call,), errors)
+                self.assignment = frozenset()
+                with self._step() as core:
+                    core.leave_prepared(shared.now())
+                return True
+            case ResolveTopics(topic_ids=ids):
+                await self._resolve(ids)
+                return False
+        raise AssertionError(f"unexpected poll action {action!r}")
+
+    async def _resolve(self, ids: frozenset[uuid.UUID]) -> None:
+        shared = self._shared
+        assert shared.seam is not None
+        try:
+            names = await shared.seam.run_on_coordinator(self._names(ids))
+        except KGroupError as exc:
+            with self._step() as core:
+                core.topics_unresolved(shared.now(), str(exc))
+            return
+        with self._step() as core:
+            core.topics_resolved(names, shared.now())
+
+    async def _names(self, ids: frozenset[uuid.UUID]) -> Mapping[uuid.UUID, str]:
+        from ._topic_ids import resolve_topic_ids
+
+        conn = await self._link.connection()
+        found = await resolve_topic_ids(
+            conn, ids, timeout_ms=self._shared.config.request_timeout_ms
+        )
+        return {tid: topic.name for tid, topic in found.resolved.items()}
+
+    # -- close -----------------------------------------------------------------------------
+
+    async def close(self, errors: list[ListenerError]) -> None:
+        """Release the partitions (revoked while the member has an epoch, lost otherwise),
+        then let the heartbeat task send the leave heartbeat, and wait until it has."""
+        shared = self._shared
+        with self._step() as core:
+            leaving = core.leave(shared.now())
+        if not leaving:
+            return
+        while True:
+            with self._step() as core:
+                action = core.poll_action(shared.now())
+                state = core.state
+            if isinstance(action, (ReleaseOnLeave, ReleaseLost)):
+                await self._run(action, errors)
+                continue
+            if state is not S.PREPARE_LEAVING:
+                break
+            await self._wait_in_poll(None, shared.now() + 100.0)  # a reconciliation ends
+        if state is S.LEAVING:
+            shared.wake_hb()
+            await self._leave_sent.wait()

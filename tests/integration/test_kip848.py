@@ -1,0 +1,122 @@
+"""GroupMember on the KIP-848 ``consumer`` group protocol, on Apache Kafka 4.4.0.
+
+Members join, share a topic's partitions (the broker's ``uniform`` and ``range``
+assignors), hand them over on close (revoke, then a leave heartbeat), and a static member
+leaves with epoch -2 and comes back. Every MemberGroup checks on exit that no partition was
+held by two members at once. Epoch numbers are never asserted (Kafka 4.3+ starts groups at
+epoch 1 with an empty assignment and may batch target assignments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pytest
+
+from kgroup import GroupConfig, GroupMember, UnsupportedVersion
+from kgroup.testing import KafkaBroker, TansuBroker
+from kgroup.testing._members import MemberGroup, covered
+
+
+def consumer_config(broker: Any, group: str, topic: str, **overrides: Any) -> GroupConfig:
+    values: dict[str, Any] = {
+        "bootstrap_servers": broker.bootstrap,
+        "group_id": group,
+        "topics": [topic],
+        "group_protocol": "consumer",
+        "max_poll_interval_ms": 30_000,
+        "request_timeout_ms": 10_000,
+    }
+    values.update(overrides)
+    return GroupConfig(**values)
+
+
+def events_of(member: GroupMember, wanted: str) -> list[Mapping[str, Any]]:
+    found: list[Mapping[str, Any]] = []
+
+    def hook(event: str, fields: Mapping[str, Any]) -> None:
+        if event == wanted:
+            found.append(dict(fields))
+
+    member.add_event_hook(hook)
+    return found
+
+
+@pytest.mark.parametrize("assignor", [None, "range"], ids=["uniform", "range"])
+async def test_two_members_share_then_one_hands_over_on_close(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str,
+    assignor: str | None,
+) -> None:  # fmt: skip
+    """Two members split 4 partitions 2/2 without overlap; the one that closes revokes its
+    two, sends a leave heartbeat, and the other then owns all four."""
+    topic = make_topic(4)
+    cfg = consumer_config(kafka_broker, unique_group, topic, group_remote_assignor=assignor)
+    async with MemberGroup() as group:
+        a = await group.start(cfg)
+        await group.wait_until(lambda: covered([a], topic, 4), timeout=60, what="a owns all")
+        left = events_of(a.member, "member.leave_sent")
+        b = await group.start(cfg)
+        await group.wait_until(
+            lambda: covered([a, b], topic, 4) and len(a.assignment) == len(b.assignment) == 2,
+            timeout=60,
+            what="2/2",
+        )
+        assert a.member.generation.generation_id > 0
+        assert a.member.member_id and a.member.member_id != b.member.member_id
+        revoked_before = [e for e in a.events if e.callback == "on_partitions_revoked"]
+        assert revoked_before  # a gave two partitions up to b, by a revoke
+        await a.close()
+        assert left and left[0]["epoch"] == -1
+        assert a.member.assignment == frozenset()
+        await group.wait_until(lambda: covered([b], topic, 4), timeout=60, what="b owns all")
+        assert b.member.state.name == "STABLE"
+        assert b.member.valid_until is not None
+
+
+async def test_static_member_leaves_for_now_and_comes_back(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """A static member's close sends epoch -2 (KIP-1092's default for static members): the
+    broker keeps its assignment, and the same instance id coming back gets it again without
+    the other member taking it over."""
+    topic = make_topic(4)
+    cfg = consumer_config(kafka_broker, unique_group, topic)
+    static = consumer_config(kafka_broker, unique_group, topic, group_instance_id="static-1")
+    async with MemberGroup() as group:
+        a = await group.start(cfg)
+        s = await group.start(static)
+        await group.wait_until(
+            lambda: covered([a, s], topic, 4) and len(s.assignment) == 2, timeout=60, what="2/2"
+        )
+        owned = s.assignment
+        left = events_of(s.member, "member.leave_sent")
+        await s.close()
+        assert left and left[0]["epoch"] == -2
+        back = await group.start(static)
+        await group.wait_until(lambda: back.assignment == owned, timeout=60, what="back")
+        assert not (a.assignment & owned)
+
+
+async def test_regex_subscription_is_resolved_by_the_broker(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """``topic_pattern`` goes to the broker as SubscribedTopicRegex (RE2/J, whole names)."""
+    topic = make_topic(2)
+    cfg = consumer_config(kafka_broker, unique_group, topic, topics=[], topic_pattern=topic + ".*")
+    async with MemberGroup() as group:
+        a = await group.start(cfg)
+        await group.wait_until(lambda: covered([a], topic, 2), timeout=60, what="matched")
+        assert {tp.topic for tp in a.assignment} == {topic}
+
+
+async def test_tansu_without_the_consumer_protocol_says_use_classic(
+    tansu_broker: TansuBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """H53 on a real broker without ConsumerGroupHeartbeat: poll() raises a fatal
+    UnsupportedVersion that names the classic protocol."""
+    topic = make_topic(1, broker=tansu_broker)
+    async with GroupMember(consumer_config(tansu_broker, unique_group, topic)) as member:
+        with pytest.raises(UnsupportedVersion, match='group_protocol="classic"'):
+            for _ in range(100):
+                await member.poll(timeout=0.5)
