@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = [
+    "CLASSIC_COMMIT_MAX_VERSION",
+    "MEMBER_EPOCH_OFFSET_VERSION",
     "CommitPartition",
     "DescribeGroupsRequest",
     "DescribeGroupsResponse",
@@ -174,15 +176,28 @@ class CommitPartition:
     metadata: str | None = ""
 
 
+#: The newest OffsetCommit version a classic member sends. v9 has v8's layout, but a broker
+#: answers a v9 commit for a group it no longer has with GROUP_ID_NOT_FOUND instead of v8's
+#: ILLEGAL_GENERATION (Kafka 4.4.0 ``OffsetMetadataManager.validateOffsetCommit``), and the
+#: classic reaction table (§4.6) is written for the latter.
+CLASSIC_COMMIT_MAX_VERSION = 8
+#: The first OffsetCommit and OffsetFetch version that carries a member epoch (KIP-848).
+MEMBER_EPOCH_OFFSET_VERSION = 9
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffsetCommitRequest:
-    """OffsetCommit (key 8) under a group generation (spec §4.6)."""
+    """OffsetCommit (key 8) under a group generation (spec §4.6), or, from a KIP-848
+    ``consumer`` member (§10.8), under its member epoch: ``generation_id`` then holds the
+    epoch and ``max_version`` is :data:`MEMBER_EPOCH_OFFSET_VERSION`, which the commit then
+    also needs (UnsupportedVersion below it). ``max_version`` caps the version sent."""
 
     group_id: str
     generation_id: int
     member_id: str
     group_instance_id: str | None
     partitions: tuple[CommitPartition, ...]
+    max_version: int = CLASSIC_COMMIT_MAX_VERSION
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -201,11 +216,15 @@ class OffsetCommitResponse:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OffsetFetchRequest:
     """OffsetFetch (key 9) for some partitions of one group (spec §4.7); ``None``: every
-    partition the group has committed offsets for (v2+)."""
+    partition the group has committed offsets for (v2+). A KIP-848 ``consumer`` member sends
+    its ``member_id`` and ``member_epoch`` (§10.8), which need v9; the defaults (no member,
+    epoch -1) are what a classic member or an admin sends, at any version."""
 
     group_id: str
     partitions: tuple[tuple[str, int], ...] | None
     require_stable: bool = True
+    member_id: str | None = None
+    member_epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

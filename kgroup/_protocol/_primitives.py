@@ -17,13 +17,20 @@ schemas (``kgroup._protocol._schemas``) are written in."""
 # ``TaggedFields.encode`` omits the size varint, so anything but ``{}`` would corrupt the
 # request. Received tagged fields are decoded correctly and ignored (none is defined for
 # these APIs).
+#
+# Two types aiokafka lacks, for the KIP-848 APIs and Metadata with topic ids: ``Uuid`` (16
+# bytes, big-endian, as ``uuid.UUID``) and the nullable struct (``Format.nullable_struct``:
+# an int8 marker, -1 for null and 1 before the struct's fields, as Kafka's generated code
+# writes it; any other marker is an error here).
 
 from __future__ import annotations
 
 import io
+import uuid
 from io import BytesIO
 from typing import Any, Final
 
+from aiokafka.protocol.abstract import AbstractType
 from aiokafka.protocol.types import (
     Array,
     Bytes,
@@ -51,6 +58,7 @@ __all__ = [
     "Int16",
     "Int32",
     "Int64",
+    "Uuid",
     "between",
     "parse_response_header",
     "since",
@@ -127,6 +135,20 @@ Int16: Final = _fixed(_AiokafkaInt16, 2, "an int16")
 Int32: Final = _fixed(_AiokafkaInt32, 4, "an int32")
 Int64: Final = _fixed(_AiokafkaInt64, 8, "an int64")
 Boolean: Final = _fixed(_AiokafkaBoolean, 1, "a boolean")
+
+
+class Uuid(AbstractType[uuid.UUID]):  # type: ignore[misc]  # aiokafka is untyped
+    """Kafka's ``uuid``: 16 bytes, most significant first (a topic id)."""
+
+    @classmethod
+    def encode(cls, value: uuid.UUID) -> bytes:
+        if not isinstance(value, uuid.UUID):
+            raise TypeError(f"a uuid field needs a uuid.UUID, got {value!r}")
+        return value.bytes
+
+    @classmethod
+    def decode(cls, data: BytesIO) -> uuid.UUID:
+        return uuid.UUID(bytes=_read_exactly(data, 16, "a uuid"))
 
 
 def _classic_length(data: BytesIO, width: type[Any], kind: str) -> int | None:
@@ -241,6 +263,32 @@ class _StrictSchema(Schema):  # type: ignore[misc]  # aiokafka is untyped
         return tuple(values)
 
 
+class _StrictNullableStruct:
+    """A nullable struct (JSON ``"nullableVersions"`` on a struct-typed field): an int8
+    marker, -1 for null and 1 before the struct's own fields."""
+
+    def __init__(self, schema: Any) -> None:
+        self.schema = schema
+        self.names = schema.names  # what _Fields and _fill look at, as for a struct
+        self.fields = schema.fields
+
+    def encode(self, value: Any) -> bytes:
+        if value is None:
+            return b"\xff"
+        return b"\x01" + bytes(self.schema.encode(value))
+
+    def decode(self, data: BytesIO) -> tuple[Any, ...] | None:
+        marker = int(Int8.decode(data))
+        if marker == -1:
+            return None
+        if marker != 1:
+            raise DecodeError(f"invalid nullable struct marker {marker} (-1 or 1)")
+        return tuple(self.schema.decode(data))
+
+    def repr(self, value: Any) -> str:
+        return "None" if value is None else str(self.schema.repr(value))
+
+
 def parse_response_header(data: BytesIO, *, flexible: bool) -> int:
     """The correlation id of a response frame (header v0, or v1 with tagged fields when
     ``flexible``). Raises ``RemoteProtocolError`` naming the problem."""
@@ -266,6 +314,10 @@ class Format:
         if self.flexible:
             fields = (*fields, ("tags", _StrictTaggedFields))
         return _StrictSchema(*fields)
+
+    def nullable_struct(self, *fields: Field) -> Any:
+        """A struct-typed field that may be null (flexible versions only in kgroup's APIs)."""
+        return _StrictNullableStruct(self.struct(*fields))
 
     def array(self, *fields: Field) -> Any:
         """An array of structs (each element a tuple in ``fields`` order, plus tags)."""

@@ -1,4 +1,4 @@
-"""Encode kgroup's version-free group requests: ``to_wire`` wraps a request value in a
+"""Encode kgroup's version-free requests: ``to_wire`` wraps a request value in a
 ``WireRequest``, which negotiates the version with the broker and builds that version's struct."""
 
 # The sans-I/O core decides *what* to send as frozen values (``kgroup._core._messages``).
@@ -10,8 +10,11 @@
 #
 # * ``UnsupportedVersion``, from ``prepare``: no version in common, the broker does not offer
 #   the API, or the request needs a newer version than the broker has (a
-#   ``group_instance_id`` needs JoinGroup v5, SyncGroup v3, Heartbeat v3 or LeaveGroup v3).
-#   Never aiokafka's ``NotImplementedError`` or ``IncompatibleBrokerVersion``.
+#   ``group_instance_id`` needs JoinGroup v5, SyncGroup v3, Heartbeat v3 or LeaveGroup v3;
+#   a consumer-protocol commit or fetch OffsetCommit/OffsetFetch v9; a Metadata lookup by
+#   topic id Metadata v12; a ConsumerGroupHeartbeat v1, and its error says to use the
+#   classic protocol). Never aiokafka's ``NotImplementedError`` or
+#   ``IncompatibleBrokerVersion``.
 # * ``LocalProtocolError``, from encoding: kgroup passed a value the schema cannot carry (an
 #   int32 out of range, a string longer than 32767 bytes).
 #
@@ -28,6 +31,7 @@ from typing import Any, Final, TypeAlias
 from aiokafka.protocol.api import Request, RequestStruct
 
 from kgroup._core._messages import (
+    MEMBER_EPOCH_OFFSET_VERSION,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
     HeartbeatRequest,
@@ -38,11 +42,15 @@ from kgroup._core._messages import (
     OffsetFetchRequest,
     SyncGroupRequest,
 )
+from kgroup._core._messages_848 import ConsumerGroupHeartbeatRequest
+from kgroup._core._messages_describe import ConsumerGroupDescribeRequest
+from kgroup._core._messages_metadata import NO_TOPIC_ID, MetadataRequest
 from kgroup._errors import LocalProtocolError, UnsupportedVersion
 from kgroup._protocol._schemas import REQUEST_STRUCTS
-from kgroup._protocol._versions import API_NAMES, SUPPORTED_VERSIONS, api_label
+from kgroup._protocol._versions import ALL_VERSIONS, API_NAMES, api_label
 
 __all__ = [
+    "CLASSIC_PROTOCOL_HINT",
     "MAX_REASON_LENGTH",
     "STATIC_MEMBERSHIP_VERSIONS",
     "GroupRequest",
@@ -61,6 +69,9 @@ GroupRequest: TypeAlias = (
     | OffsetFetchRequest
     | DescribeGroupsRequest
     | ListGroupsRequest
+    | ConsumerGroupHeartbeatRequest
+    | ConsumerGroupDescribeRequest
+    | MetadataRequest
 )
 
 #: The first version of each API that carries ``group_instance_id`` (KIP-345).
@@ -70,6 +81,16 @@ STATIC_MEMBERSHIP_VERSIONS: Final[dict[int, int]] = {8: 7, 11: 5, 12: 3, 13: 3, 
 MAX_REASON_LENGTH: Final = 255
 
 _GROUP_KEY_TYPE: Final = 0  # FindCoordinator key_type: 0 = group, 1 = transaction, 2 = share
+
+#: What a ConsumerGroupHeartbeat that the broker cannot take says to do about it.
+CLASSIC_PROTOCOL_HINT: Final = (
+    'the broker cannot serve the consumer group protocol (KIP-848); use group_protocol="classic"'
+)
+#: The first ConsumerGroupHeartbeat version with client-generated member ids (KIP-1082);
+#: kgroup's member always generates its own, so v0 is never sent.
+_CLIENT_MEMBER_ID_VERSION: Final = 1
+#: The first Metadata version that looks topics up by id.
+_METADATA_BY_ID_VERSION: Final = 12
 
 
 def choose_version(api_key: int, broker_range: tuple[int, int]) -> int:
@@ -86,16 +107,18 @@ def choose_version(api_key: int, broker_range: tuple[int, int]) -> int:
     return version
 
 
-def _highest_common(api_key: int, broker_range: tuple[int, int]) -> int | None:
-    ours = SUPPORTED_VERSIONS.get(api_key)
+def _highest_common(
+    api_key: int, broker_range: tuple[int, int], cap: int | None = None
+) -> int | None:
+    ours = ALL_VERSIONS.get(api_key)
     if ours is None:
         raise LocalProtocolError(f"kgroup does not implement API key {api_key}")
-    high = min(ours[1], broker_range[1])
+    high = min(ours[1], broker_range[1], ours[1] if cap is None else cap)
     return high if high >= max(ours[0], broker_range[0]) else None
 
 
 def _no_common(api_key: int, broker_range: tuple[int, int]) -> str:
-    low, high = SUPPORTED_VERSIONS[api_key]
+    low, high = ALL_VERSIONS[api_key]
     return (
         f"no version in common: the broker supports v{broker_range[0]}-v{broker_range[1]}, "
         f"kgroup v{low}-v{high}"
@@ -105,10 +128,11 @@ def _no_common(api_key: int, broker_range: tuple[int, int]) -> str:
 class WireRequest(Request[RequestStruct]):  # type: ignore[misc]  # aiokafka is untyped
     """An aiokafka ``Request`` builder for one kgroup request value.
 
-    ``API_KEY`` is set per instance (one builder class serves the five APIs).
+    ``API_KEY`` is set per instance (one builder class serves every API).
     ``prepare(versions)`` negotiates against the connection's ApiVersions ranges and returns
     the struct to send; ``build(cls)`` fills a given struct class. ``fields`` holds every
     field any version may need, by wire name; each version takes the ones its schema lists.
+    ``max_version`` caps the version; ``hint`` ends every UnsupportedVersion message.
     """
 
     API_KEY = -1  # replaced per instance; aiokafka requires the class attribute to exist
@@ -122,6 +146,8 @@ class WireRequest(Request[RequestStruct]):  # type: ignore[misc]  # aiokafka is 
         member_id: str = "",
         min_version: int = 0,
         needs: str = "",
+        max_version: int | None = None,
+        hint: str = "",
     ) -> None:
         self.API_KEY = api_key
         self.api_name = API_NAMES[api_key]
@@ -130,6 +156,8 @@ class WireRequest(Request[RequestStruct]):  # type: ignore[misc]  # aiokafka is 
         self.member_id = member_id
         self.min_version = min_version
         self.needs = needs
+        self.max_version = max_version
+        self.hint = hint
 
     def __repr__(self) -> str:
         return f"<WireRequest {self.api_name} group={self.group_id!r}>"
@@ -142,12 +170,12 @@ class WireRequest(Request[RequestStruct]):  # type: ignore[misc]  # aiokafka is 
         """
         broker = versions.get(self.API_KEY)
         if broker is None:
-            low, high = SUPPORTED_VERSIONS[self.API_KEY]
+            low, high = ALL_VERSIONS[self.API_KEY]
             raise self._unsupported(
                 f"the broker does not offer this API (API key {self.API_KEY}); "
-                f"kgroup needs v{low}-v{high}"
+                f"kgroup needs v{max(low, self.min_version)}-v{high}"
             )
-        version = _highest_common(self.API_KEY, broker)
+        version = _highest_common(self.API_KEY, broker, self.max_version)
         if version is None:
             raise self._unsupported(_no_common(self.API_KEY, broker))
         if version < self.min_version:
@@ -163,8 +191,9 @@ class WireRequest(Request[RequestStruct]):  # type: ignore[misc]  # aiokafka is 
         return request_struct_class(*_fill(request_struct_class.SCHEMA, self.fields, label))
 
     def _unsupported(self, problem: str) -> UnsupportedVersion:
+        hint = f"; {self.hint}" if self.hint else ""
         return UnsupportedVersion(
-            f"{self.api_name}: {problem}",
+            f"{self.api_name}: {problem}{hint}",
             group_id=self.group_id,
             member_id=self.member_id,
             api=self.api_name,
@@ -278,6 +307,7 @@ def to_wire(request: GroupRequest) -> WireRequest:
                 member_id=request.member_id,
             )
         case OffsetCommitRequest():
+            epoch_commit = request.max_version >= MEMBER_EPOCH_OFFSET_VERSION
             return _with_instance_id(
                 8,
                 request.group_instance_id,
@@ -306,6 +336,11 @@ def to_wire(request: GroupRequest) -> WireRequest:
                 },
                 group_id=request.group_id,
                 member_id=request.member_id,
+                max_version=request.max_version,
+                # A member epoch only means one from v9; below, the broker would read it as
+                # a generation and reject a consumer-protocol member with UNSUPPORTED_VERSION.
+                min_version=MEMBER_EPOCH_OFFSET_VERSION if epoch_commit else 0,
+                needs="a commit under a member epoch (consumer protocol)",
             )
         case OffsetFetchRequest():
             wanted = request.partitions
@@ -317,18 +352,33 @@ def to_wire(request: GroupRequest) -> WireRequest:
                     for topic in dict.fromkeys(t for t, _ in wanted)
                 ]
             )
+            as_member = request.member_id is not None or request.member_epoch != -1
             return WireRequest(
                 9,
                 {
                     "group_id": request.group_id,
                     "topics": topics,
-                    "groups": [{"group_id": request.group_id, "topics": topics}],
+                    "groups": [
+                        {
+                            "group_id": request.group_id,
+                            "member_id": request.member_id,
+                            "member_epoch": request.member_epoch,
+                            "topics": topics,
+                        }
+                    ],
                     "require_stable": request.require_stable,
                 },
                 group_id=request.group_id,
-                # "all partitions" (null topics) needs v2
-                min_version=2 if wanted is None else 0,
-                needs="fetching every committed offset of a group",
+                member_id=request.member_id or "",
+                # a member id and epoch need v9; "all partitions" (null topics) needs v2
+                min_version=(
+                    MEMBER_EPOCH_OFFSET_VERSION if as_member else 2 if wanted is None else 0
+                ),
+                needs=(
+                    "a fetch as a consumer-protocol member (member id and epoch)"
+                    if as_member
+                    else "fetching every committed offset of a group"
+                ),
             )
         case DescribeGroupsRequest():
             return WireRequest(
@@ -338,6 +388,19 @@ def to_wire(request: GroupRequest) -> WireRequest:
             )
         case ListGroupsRequest():
             return WireRequest(16, {"states_filter": []}, group_id="")
+        case ConsumerGroupHeartbeatRequest():
+            return _consumer_group_heartbeat(request)
+        case ConsumerGroupDescribeRequest():
+            return WireRequest(
+                69,
+                {
+                    "group_ids": list(request.group_ids),
+                    "include_authorized_operations": request.include_authorized_operations,
+                },
+                group_id=",".join(request.group_ids),
+            )
+        case MetadataRequest():
+            return _metadata(request)
         case _:
             raise TypeError(f"not a kgroup group request: {type(request).__name__}")
 
@@ -349,15 +412,73 @@ def _with_instance_id(
     *,
     group_id: str,
     member_id: str,
+    max_version: int | None = None,
+    min_version: int = 0,
+    needs: str = "",
 ) -> WireRequest:
-    """A builder that refuses versions too old for a set ``group_instance_id``."""
-    if group_instance_id is None:
-        return WireRequest(api_key, fields, group_id=group_id, member_id=member_id)
+    """A builder that refuses versions too old for a set ``group_instance_id`` (or for what
+    ``min_version`` says the request ``needs``, when that is the newer of the two)."""
+    static = STATIC_MEMBERSHIP_VERSIONS[api_key] if group_instance_id is not None else 0
+    if static > min_version:
+        min_version, needs = static, "group_instance_id (static membership)"
     return WireRequest(
         api_key,
         fields,
         group_id=group_id,
         member_id=member_id,
-        min_version=STATIC_MEMBERSHIP_VERSIONS[api_key],
-        needs="group_instance_id (static membership)",
+        min_version=min_version,
+        needs=needs,
+        max_version=max_version,
+    )
+
+
+def _consumer_group_heartbeat(request: ConsumerGroupHeartbeatRequest) -> WireRequest:
+    """v1 at least: kgroup's member generates its own member id (KIP-1082), which v0
+    brokers replace with theirs. A broker without v1 gets the classic-protocol hint."""
+    names = request.subscribed_topic_names
+    owned = request.topic_partitions
+    return WireRequest(
+        68,
+        {
+            "group_id": request.group_id,
+            "member_id": request.member_id,
+            "member_epoch": request.member_epoch,
+            "instance_id": request.instance_id,
+            "rack_id": request.rack_id,
+            "rebalance_timeout_ms": request.rebalance_timeout_ms,
+            "subscribed_topic_names": None if names is None else list(names),
+            "subscribed_topic_regex": request.subscribed_topic_regex,
+            "server_assignor": request.server_assignor,
+            "topic_partitions": (
+                None
+                if owned is None
+                else [{"topic_id": t.topic_id, "partitions": list(t.partitions)} for t in owned]
+            ),
+        },
+        group_id=request.group_id,
+        member_id=request.member_id,
+        min_version=_CLIENT_MEMBER_ID_VERSION,
+        needs="a client-generated member id (KIP-1082)",
+        hint=CLASSIC_PROTOCOL_HINT,
+    )
+
+
+def _metadata(request: MetadataRequest) -> WireRequest:
+    """Topics by name carry the zero id, topics by id a null name (v12+); both None asks
+    for every topic (a null array)."""
+    topics: list[dict[str, Any]] | None = None
+    if request.topics is not None or request.topic_ids is not None:
+        topics = [{"topic_id": NO_TOPIC_ID, "name": name} for name in request.topics or ()]
+        topics += [{"topic_id": topic_id, "name": None} for topic_id in request.topic_ids or ()]
+    return WireRequest(
+        3,
+        {
+            "topics": topics,
+            "allow_auto_topic_creation": request.allow_auto_topic_creation,
+            "include_cluster_authorized_operations": False,
+            "include_topic_authorized_operations": False,
+        },
+        group_id="",
+        min_version=_METADATA_BY_ID_VERSION if request.topic_ids else 0,
+        needs="looking topics up by id",
     )

@@ -1,4 +1,4 @@
-"""Decode the broker's group responses: ``from_wire`` turns a decoded response struct into a
+"""Decode the broker's responses: ``from_wire`` turns a decoded response struct into a
 version-free response value, filling the fields its version cannot carry with their defaults."""
 
 # ``RemoteProtocolError``, from ``from_wire``: the broker's answer does not fit the schema (a
@@ -9,8 +9,8 @@ version-free response value, filling the fields its version cannot carry with th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TypeAlias
+from collections.abc import Callable
+from typing import Final, TypeAlias
 
 from aiokafka.protocol.api import Response
 
@@ -31,7 +31,16 @@ from kgroup._core._messages import (
     OffsetFetchResponse,
     SyncGroupResponse,
 )
+from kgroup._core._messages_848 import ConsumerGroupHeartbeatResponse
+from kgroup._core._messages_describe import ConsumerGroupDescribeResponse
+from kgroup._core._messages_metadata import MetadataResponse
 from kgroup._errors import RemoteProtocolError
+from kgroup._protocol._fields import Fields
+from kgroup._protocol._responses_848 import (
+    consumer_group_describe,
+    consumer_group_heartbeat,
+    metadata,
+)
 from kgroup._protocol._versions import api_label
 
 __all__ = ["GroupResponse", "from_wire"]
@@ -46,115 +55,16 @@ GroupResponse: TypeAlias = (
     | OffsetFetchResponse
     | DescribeGroupsResponse
     | ListGroupsResponse
+    | ConsumerGroupHeartbeatResponse
+    | ConsumerGroupDescribeResponse
+    | MetadataResponse
 )
 
 _MAX_PORT: Final = 65535
 
-_MISSING: Final = object()
-
-
-class _Fields:
-    """Checked access to one decoded struct or array element, by field name.
-
-    Each getter raises ``RemoteProtocolError`` naming the API, version and field when the
-    field is absent or holds the wrong kind of value, so no ``KeyError``, ``TypeError`` or
-    ``AttributeError`` escapes ``from_wire``.
-    """
-
-    def __init__(
-        self, label: str, schema: Any, values: Mapping[str, object], *, lenient: bool = False
-    ) -> None:
-        self.label = label
-        self._schema = schema
-        self._values = values
-        # Lenient: a null where the schema forbids one reads as the empty value. Only used
-        # to read an error answer whose other fields carry no meaning (see from_wire).
-        self._lenient = lenient
-
-    @classmethod
-    def of_struct(cls, label: str, struct: Any, *, lenient: bool = False) -> _Fields:
-        schema = getattr(struct, "SCHEMA", None)
-        names = getattr(schema, "names", None)
-        if not isinstance(names, tuple):
-            raise RemoteProtocolError(f"{label} response: not a protocol struct: {struct!r}")
-        values = {name: getattr(struct, name, _MISSING) for name in names}
-        return cls(label, schema, values, lenient=lenient)
-
-    def error(self, problem: str) -> RemoteProtocolError:
-        return RemoteProtocolError(f"{self.label} response: {problem}")
-
-    def _get(self, name: str) -> object:
-        value = self._values.get(name, _MISSING)
-        if value is _MISSING:
-            raise self.error(f"field {name!r} is missing")
-        return value
-
-    def _wrong(self, name: str, expected: str, value: object) -> RemoteProtocolError:
-        return self.error(f"field {name!r} should be {expected}, got {value!r}")
-
-    def get_int(self, name: str) -> int:
-        value = self._get(name)
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise self._wrong(name, "an integer", value)
-        return value
-
-    def get_bool(self, name: str) -> bool:
-        value = self._get(name)
-        if not isinstance(value, bool):
-            raise self._wrong(name, "a boolean", value)
-        return value
-
-    def get_nullable_str(self, name: str) -> str | None:
-        value = self._get(name)
-        if value is not None and not isinstance(value, str):
-            raise self._wrong(name, "a string or null", value)
-        return value
-
-    def get_str(self, name: str) -> str:
-        value = self.get_nullable_str(name)
-        if value is None and self._lenient:
-            return ""
-        if value is None:
-            raise self._wrong(name, "a string (it is not nullable)", value)
-        return value
-
-    def get_bytes(self, name: str, *, null_as_empty: bool = False) -> bytes:
-        value = self._get(name)
-        if value is None and (null_as_empty or self._lenient):
-            return b""
-        if not isinstance(value, bytes):
-            raise self._wrong(name, "bytes (not nullable)", value)
-        return value
-
-    def get_array(self, name: str) -> list[_Fields]:
-        """The elements of an array of structs, each as ``_Fields``."""
-        value = self._get(name)
-        if value is None and self._lenient:
-            return []
-        if not isinstance(value, list | tuple):
-            raise self._wrong(name, "an array (it is not nullable)", value)
-        kind = self._schema.fields[self._schema.names.index(name)]
-        element = getattr(kind, "array_of", None)
-        names = getattr(element, "names", None)
-        if not isinstance(names, tuple):
-            raise self.error(f"field {name!r} is not an array of structs")
-        items: list[_Fields] = []
-        for index, item in enumerate(value):
-            if not isinstance(item, Sequence) or len(item) != len(names):
-                raise self.error(f"{name}[{index}] should have fields {names}, got {item!r}")
-            items.append(
-                _Fields(
-                    f"{self.label} {name}[{index}]",
-                    element,
-                    dict(zip(names, item, strict=True)),
-                    lenient=self._lenient,
-                )
-            )
-        return items
-
 
 def from_wire(response: Response) -> GroupResponse:
-    """The response value for a decoded response struct of one of kgroup's five APIs.
+    """The response value for a decoded response struct of one of kgroup's APIs.
 
     Raises ``RemoteProtocolError`` naming the API and the problem when the struct is not one
     of them or does not follow its version's schema.
@@ -168,14 +78,14 @@ def from_wire(response: Response) -> GroupResponse:
         )
     label = api_label(api_key, version)
     try:
-        return _decode(api_key, version, _Fields.of_struct(label, response))
+        return _decode(api_key, version, Fields.of_struct(label, response))
     except RemoteProtocolError as strict_error:
         # Some brokers (librdkafka's mock cluster, seen here) fill the other fields of an
         # error answer with nulls the schema forbids. The error code is what matters then:
         # losing it (say GROUP_AUTHORIZATION_FAILED) to a decode error would retry forever.
         # A success answer must still be well formed.
         try:
-            lenient = _decode(api_key, version, _Fields.of_struct(label, response, lenient=True))
+            lenient = _decode(api_key, version, Fields.of_struct(label, response, lenient=True))
         except RemoteProtocolError:
             raise strict_error from None
         if _error_code(lenient) == 0:
@@ -183,7 +93,7 @@ def from_wire(response: Response) -> GroupResponse:
         return lenient
 
 
-def _decode(api_key: int, version: int, fields: _Fields) -> GroupResponse:
+def _decode(api_key: int, version: int, fields: Fields) -> GroupResponse:
     try:
         return _DECODERS[api_key](fields, version)
     except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
@@ -197,11 +107,11 @@ def _error_code(response: GroupResponse) -> int:
     return response.error_code
 
 
-def _throttle(fields: _Fields, version: int, first: int) -> int:
+def _throttle(fields: Fields, version: int, first: int) -> int:
     return fields.get_int("throttle_time_ms") if version >= first else 0
 
 
-def _find_coordinator(fields: _Fields, version: int) -> FindCoordinatorResponse:
+def _find_coordinator(fields: Fields, version: int) -> FindCoordinatorResponse:
     """v1-v3 answer at top level; v4+ in a ``coordinators`` batch, which must hold exactly
     the one key kgroup asked for [AC:920-924]."""
     throttle_time_ms = _throttle(fields, version, 1)
@@ -232,7 +142,7 @@ def _find_coordinator(fields: _Fields, version: int) -> FindCoordinatorResponse:
     return response
 
 
-def _join_group(fields: _Fields, version: int) -> JoinGroupResponse:
+def _join_group(fields: Fields, version: int) -> JoinGroupResponse:
     """v7+ may send a null protocol_type/protocol_name (on errors); below v7 protocol_type
     does not exist (None) and protocol_name is never null. skip_assignment is v9+."""
     members = tuple(
@@ -262,7 +172,7 @@ def _join_group(fields: _Fields, version: int) -> JoinGroupResponse:
     )
 
 
-def _sync_group(fields: _Fields, version: int) -> SyncGroupResponse:
+def _sync_group(fields: Fields, version: int) -> SyncGroupResponse:
     """protocol_type/protocol_name exist from v5; a null assignment reads as empty."""
     return SyncGroupResponse(
         error_code=fields.get_int("error_code"),
@@ -273,14 +183,14 @@ def _sync_group(fields: _Fields, version: int) -> SyncGroupResponse:
     )
 
 
-def _heartbeat(fields: _Fields, version: int) -> HeartbeatResponse:
+def _heartbeat(fields: Fields, version: int) -> HeartbeatResponse:
     return HeartbeatResponse(
         error_code=fields.get_int("error_code"),
         throttle_time_ms=_throttle(fields, version, 1),
     )
 
 
-def _leave_group(fields: _Fields, version: int) -> LeaveGroupResponse:
+def _leave_group(fields: Fields, version: int) -> LeaveGroupResponse:
     """Per-member results exist from v3; below that ``members`` is empty."""
     members: tuple[LeaveGroupMemberResult, ...] = ()
     if version >= 3:
@@ -299,7 +209,7 @@ def _leave_group(fields: _Fields, version: int) -> LeaveGroupResponse:
     )
 
 
-def _offset_commit(fields: _Fields, version: int) -> OffsetCommitResponse:
+def _offset_commit(fields: Fields, version: int) -> OffsetCommitResponse:
     return OffsetCommitResponse(
         results=tuple(
             (topic.get_str("name"), part.get_int("partition_index"), part.get_int("error_code"))
@@ -310,7 +220,7 @@ def _offset_commit(fields: _Fields, version: int) -> OffsetCommitResponse:
     )
 
 
-def _fetched_topics(topics: list[_Fields], version: int) -> tuple[FetchedOffset, ...]:
+def _fetched_topics(topics: list[Fields], version: int) -> tuple[FetchedOffset, ...]:
     return tuple(
         FetchedOffset(
             topic=topic.get_str("name"),
@@ -325,7 +235,7 @@ def _fetched_topics(topics: list[_Fields], version: int) -> tuple[FetchedOffset,
     )
 
 
-def _offset_fetch(fields: _Fields, version: int) -> OffsetFetchResponse:
+def _offset_fetch(fields: Fields, version: int) -> OffsetFetchResponse:
     """v8 answers per group: kgroup asks for one group, so exactly one entry must come back."""
     if version >= 8:
         groups = fields.get_array("groups")
@@ -344,7 +254,7 @@ def _offset_fetch(fields: _Fields, version: int) -> OffsetFetchResponse:
     )
 
 
-def _describe_groups(fields: _Fields, version: int) -> DescribeGroupsResponse:
+def _describe_groups(fields: Fields, version: int) -> DescribeGroupsResponse:
     return DescribeGroupsResponse(
         groups=tuple(
             DescribedGroup(
@@ -373,7 +283,7 @@ def _describe_groups(fields: _Fields, version: int) -> DescribeGroupsResponse:
     )
 
 
-def _list_groups(fields: _Fields, version: int) -> ListGroupsResponse:
+def _list_groups(fields: Fields, version: int) -> ListGroupsResponse:
     return ListGroupsResponse(
         error_code=fields.get_int("error_code"),
         groups=tuple(
@@ -388,7 +298,8 @@ def _list_groups(fields: _Fields, version: int) -> ListGroupsResponse:
     )
 
 
-_DECODERS: Final[dict[int, Callable[[_Fields, int], GroupResponse]]] = {
+_DECODERS: Final[dict[int, Callable[[Fields, int], GroupResponse]]] = {
+    3: metadata,
     8: _offset_commit,
     9: _offset_fetch,
     10: _find_coordinator,
@@ -398,4 +309,6 @@ _DECODERS: Final[dict[int, Callable[[_Fields, int], GroupResponse]]] = {
     14: _sync_group,
     15: _describe_groups,
     16: _list_groups,
+    68: consumer_group_heartbeat,
+    69: consumer_group_describe,
 }

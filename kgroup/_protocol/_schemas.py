@@ -1,5 +1,6 @@
 """The wire structs of the group APIs: one aiokafka request struct class, with its response
-class, per version kgroup speaks, built from Kafka's JSON message schemas."""
+class, per version kgroup speaks, built from Kafka's JSON message schemas (the KIP-848 APIs
+and Metadata with topic ids in ``_schemas_848``)."""
 
 # aiokafka 0.14 stops at FindCoordinator v1, JoinGroup v5, SyncGroup v3, Heartbeat v1 and
 # LeaveGroup v1, and has no flexible (KIP-482) version of any of them. kgroup therefore
@@ -43,7 +44,15 @@ from kgroup._protocol._primitives import (
     since,
     until,
 )
-from kgroup._protocol._versions import API_NAMES, FLEXIBLE_FROM, SUPPORTED_VERSIONS, api_label
+from kgroup._protocol._schemas_848 import (
+    consumer_group_describe_request,
+    consumer_group_describe_response,
+    consumer_group_heartbeat_request,
+    consumer_group_heartbeat_response,
+    metadata_request,
+    metadata_response,
+)
+from kgroup._protocol._versions import ALL_VERSIONS, API_NAMES, FLEXIBLE_FROM, api_label
 
 __all__ = ["REQUEST_STRUCTS"]
 
@@ -220,7 +229,8 @@ def _sync_group_response(v: int) -> Any:
 
 # OffsetCommit (8). v1 adds the generation, member id and a per-partition commit timestamp
 # (v1 only); v2-v4 carry retention_time_ms; v3 adds the response throttle time; v6 the
-# committed leader epoch; v7 group_instance_id (KIP-345); v8 is flexible.
+# committed leader epoch; v7 group_instance_id (KIP-345); v8 is flexible; v9 (KIP-848) has
+# v8's layout, generation_id_or_member_epoch carrying a consumer-protocol member's epoch.
 
 
 def _offset_commit_request(v: int) -> Any:
@@ -265,15 +275,17 @@ def _offset_commit_response(v: int) -> Any:
 
 # OffsetFetch (9). v2 allows null topics (all) and adds a group-level error code; v3 the
 # throttle time; v5 the committed leader epoch; v6 is flexible; v7 adds require_stable
-# (KIP-447); v8 batches groups (KIP-709).
+# (KIP-447); v8 batches groups (KIP-709); v9 adds groups[].member_id (nullable) and
+# member_epoch (KIP-848), the response staying v8's.
 
 
 def _offset_fetch_request(v: int) -> Any:
     f = Format(flexible=v >= 6)
     topics = ("topics", f.array(("name", f.string), ("partition_indexes", f.array_of(Int32))))
     if v >= 8:
+        member = since(v, 9, ("member_id", f.string), ("member_epoch", Int32))
         return f.struct(
-            ("groups", f.array(("group_id", f.string), topics)),
+            ("groups", f.array(("group_id", f.string), *member, topics)),
             ("require_stable", Boolean),
         )
     return f.struct(("group_id", f.string), topics, *since(v, 7, ("require_stable", Boolean)))
@@ -379,6 +391,7 @@ class _Schemas(NamedTuple):
 
 
 _SCHEMAS: Final[dict[int, _Schemas]] = {
+    3: _Schemas(metadata_request, metadata_response),
     8: _Schemas(_offset_commit_request, _offset_commit_response),
     9: _Schemas(_offset_fetch_request, _offset_fetch_response),
     10: _Schemas(_find_coordinator_request, _find_coordinator_response),
@@ -388,6 +401,8 @@ _SCHEMAS: Final[dict[int, _Schemas]] = {
     14: _Schemas(_sync_group_request, _sync_group_response),
     15: _Schemas(_describe_groups_request, _describe_groups_response),
     16: _Schemas(_list_groups_request, _list_groups_response),
+    68: _Schemas(consumer_group_heartbeat_request, consumer_group_heartbeat_response),
+    69: _Schemas(consumer_group_describe_request, consumer_group_describe_response),
 }
 
 # Everything struct-level that encoding or decoding can raise on a bad value or bad bytes:
@@ -477,5 +492,5 @@ def _define(api_key: int, version: int) -> type[Any]:
 #: is the matching response class.
 REQUEST_STRUCTS: Final[dict[int, dict[int, type[Any]]]] = {
     api_key: {version: _define(api_key, version) for version in range(low, high + 1)}
-    for api_key, (low, high) in SUPPORTED_VERSIONS.items()
+    for api_key, (low, high) in ALL_VERSIONS.items()
 }

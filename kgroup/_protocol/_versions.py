@@ -1,14 +1,22 @@
-"""The group APIs kgroup speaks: their names, the versions it implements, and the first
-flexible (KIP-482) version of each."""
+"""The APIs kgroup speaks: their names, the versions it implements, and the first flexible
+(KIP-482) version of each."""
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["API_NAMES", "FLEXIBLE_FROM", "SUPPORTED_VERSIONS", "api_label"]
+__all__ = [
+    "ALL_VERSIONS",
+    "API_NAMES",
+    "CONSUMER_PROTOCOL_VERSIONS",
+    "FLEXIBLE_FROM",
+    "SUPPORTED_VERSIONS",
+    "api_label",
+]
 
-#: The group APIs kgroup speaks, by API key.
+#: The APIs kgroup speaks, by API key.
 API_NAMES: Final[dict[int, str]] = {
+    3: "Metadata",
     8: "OffsetCommit",
     9: "OffsetFetch",
     10: "FindCoordinator",
@@ -18,6 +26,8 @@ API_NAMES: Final[dict[int, str]] = {
     14: "SyncGroup",
     15: "DescribeGroups",
     16: "ListGroups",
+    68: "ConsumerGroupHeartbeat",
+    69: "ConsumerGroupDescribe",
 }
 
 #: The versions kgroup implements, per API key, inclusive (spec section 4.8).
@@ -25,12 +35,16 @@ API_NAMES: Final[dict[int, str]] = {
 #: time) are left out: Kafka 4.0 removed them (KIP-896) and every broker since 2.0 has more.
 #: FindCoordinator v5 and v6 have the v4 layout: they only add error codes and key types that
 #: a group lookup never meets, so the newest broker gets the newest version.
-#: OffsetCommit starts at v2 and OffsetFetch at v1 (spec §4.8); both stop before the KIP-848
-#: versions (OffsetCommit v9, OffsetFetch v9), which carry a member epoch kgroup has no use
-#: for under the classic protocol.
+#: OffsetCommit starts at v2 and OffsetFetch at v1 (spec §4.8); both stop at v9, the KIP-848
+#: versions (a member epoch and member id), before v10 (topic ids instead of names, Kafka
+#: 4.2). A classic member's commit is capped at v8 by its request value
+#: (``OffsetCommitRequest.max_version``): v9 answers a commit to a group the coordinator no
+#: longer has with GROUP_ID_NOT_FOUND where v8 answers ILLEGAL_GENERATION
+#: (``OffsetMetadataManager.validateOffsetCommit``, Kafka 4.4.0). OffsetFetch v9 with no
+#: member id and epoch -1 is what the broker makes of a v8 request, so every fetch uses it.
 SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
-    8: (2, 8),
-    9: (1, 8),
+    8: (2, 9),
+    9: (1, 9),
     10: (1, 6),
     11: (2, 9),
     12: (0, 4),
@@ -40,8 +54,27 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     16: (0, 4),
 }
 
+#: The APIs of the KIP-848 ``consumer`` protocol member, kept apart from the classic group
+#: APIs above because not every broker kgroup supports offers them (tansu has no
+#: ConsumerGroupHeartbeat): ConsumerGroupHeartbeat v0-v1 (v1, with client-generated member
+#: ids, KIP-1082, is the minimum the member negotiates; v0 is defined for completeness),
+#: ConsumerGroupDescribe v0-v1, and Metadata v10-v13, the versions that answer with topic
+#: ids (v12 is the first that looks topics up by id; v13 adds a top-level error code).
+CONSUMER_PROTOCOL_VERSIONS: Final[dict[int, tuple[int, int]]] = {
+    3: (10, 13),
+    68: (0, 1),
+    69: (0, 1),
+}
+
+#: Every API and version kgroup's wire layer implements.
+ALL_VERSIONS: Final[dict[int, tuple[int, int]]] = {
+    **SUPPORTED_VERSIONS,
+    **CONSUMER_PROTOCOL_VERSIONS,
+}
+
 #: The first flexible (KIP-482) version of each API.
 FLEXIBLE_FROM: Final[dict[int, int]] = {
+    3: 9,
     8: 8,
     9: 6,
     10: 3,
@@ -51,6 +84,8 @@ FLEXIBLE_FROM: Final[dict[int, int]] = {
     14: 4,
     15: 5,
     16: 3,
+    68: 0,
+    69: 0,
 }
 
 

@@ -344,6 +344,9 @@ class KafkaBroker(ProcessBroker):
             "group.consumer.session.timeout.ms": "45000",
             "group.consumer.min.heartbeat.interval.ms": "100",
             "group.consumer.heartbeat.interval.ms": "5000",
+            # KIP-848 (4.3+) batches target assignments every 1000 ms by default; a test
+            # member should get its partitions on the heartbeat after its join.
+            "group.consumer.assignment.interval.ms": "0",
             "group.share.min.session.timeout.ms": "1000",
             "group.share.min.heartbeat.interval.ms": "100",
             "num.network.threads": "2",

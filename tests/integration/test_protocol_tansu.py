@@ -199,6 +199,7 @@ def _sample(api_key: int) -> GroupRequest:
             member_id="m",
             group_instance_id="i",
             partitions=(CommitPartition(topic="t", partition=0, offset=1),),
+            max_version=9,  # a classic commit stops at v8; a member-epoch one is v9
         ),
         9: OffsetFetchRequest(group_id="g", partitions=(("t", 0),)),
         15: DescribeGroupsRequest(group_ids=("g",)),

@@ -344,7 +344,7 @@ def test_choose_version_without_overlap() -> None:
     with pytest.raises(UnsupportedVersion, match=r"JoinGroup: .*v10-v12"):
         choose_version(11, (10, 12))
     with pytest.raises(LocalProtocolError):
-        choose_version(68, (0, 1))
+        choose_version(18, (0, 4))  # ApiVersions: aiokafka's, not kgroup's
 
 
 def test_prepare_picks_highest_common_version() -> None:
