@@ -461,7 +461,10 @@ class GroupMember:
     @property
     def rebalance_protocol(self) -> RebalanceProtocol:
         """EAGER or COOPERATIVE: how this member gives up partitions in a rebalance (the best
-        protocol all its assignors support, or its GroupProtocol's)."""
+        protocol all its assignors support, or its GroupProtocol's). A consumer-protocol
+        member gives up only what moves: COOPERATIVE."""
+        if self._config.group_protocol == "consumer":
+            return RebalanceProtocol.COOPERATIVE
         return self._shared.embedding.rebalance_protocol
 
     # -- offsets ---------------------------------------------------------------------------------
@@ -482,7 +485,6 @@ class GroupMember:
         :class:`~kgroup.GroupAuthorizationFailed` / :class:`~kgroup.FencedInstanceId` (also
         raised by the next ``poll()``), or :class:`~kgroup.OffsetsError` (rejected, or not
         done before the timeout)."""
-        self._classic_only("commit_offsets()")
         await commit_offsets(self, offsets, timeout=timeout)
 
     async def fetch_committed(
@@ -493,7 +495,6 @@ class GroupMember:
         ``request_timeout_ms``). Raises :class:`~kgroup.OffsetsError`,
         :class:`~kgroup.TopicAuthorizationFailed` or the fatal
         :class:`~kgroup.GroupAuthorizationFailed`."""
-        self._classic_only("fetch_committed()")
         return await fetch_committed(self, partitions, timeout=timeout)
 
     # -- abort and close -------------------------------------------------------------------------

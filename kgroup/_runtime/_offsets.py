@@ -17,11 +17,18 @@ Both work in the default and the isolated mode: the core is touched only through
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import TYPE_CHECKING, Any, assert_never
 
 from .._core._consumer_protocol import TopicPartition
+from .._core._kip848_offsets import (
+    commit_request_848,
+    fetch_request_848,
+    on_commit_response_848,
+    on_fetch_response_848,
+)
+from .._core._messages import OffsetCommitRequest, OffsetFetchRequest
 from .._core._offsets import (
     Done,
     Fail,
@@ -121,8 +128,14 @@ async def commit_offsets(
 ) -> None:
     """``GroupMember.commit_offsets`` (see there): Java's ``commitSync``."""
     attempts = _Attempts(member, "OffsetCommit", timeout)
+    consumer = member.config.group_protocol == "consumer"
+    # The consumer-protocol rules take that protocol's core, which _core_call then passes.
+    make: Callable[..., OffsetCommitRequest | Done] = commit_request
+    judge: Callable[..., Verdict] = on_commit_response
+    if consumer:
+        make, judge = commit_request_848, on_commit_response_848
     while True:
-        prepared = member._core_call(lambda core: (commit_request(core, offsets), core.generation))
+        prepared = member._core_call(lambda core: (make(core, offsets), core.generation))
         request, sent = prepared
         if isinstance(request, Done):
             return
@@ -136,7 +149,7 @@ async def commit_offsets(
             reason = str(exc)
             verdict: Verdict = member._core_call(partial(on_commit_failed, reason=reason))
         else:
-            verdict = member._core_call(partial(on_commit_response, sent=sent, response=response))
+            verdict = member._core_call(partial(judge, sent=sent, response=response))
         match verdict:
             case Done():
                 logger.debug(
@@ -162,7 +175,12 @@ async def fetch_committed(
 ) -> dict[TopicPartition, OffsetAndMetadata | None]:
     """``GroupMember.fetch_committed`` (see there): Java's ``committed()``."""
     wanted = list(dict.fromkeys(partitions))
-    request = member._core_call(lambda core: fetch_request(core, wanted))
+    consumer = member.config.group_protocol == "consumer"
+    make_fetch: Callable[..., OffsetFetchRequest] = fetch_request
+    judge_fetch: Callable[..., tuple[Verdict, dict[TopicPartition, Any]]] = on_fetch_response
+    if consumer:
+        make_fetch, judge_fetch = fetch_request_848, on_fetch_response_848
+    request = member._core_call(lambda core: make_fetch(core, wanted))
     if not request.partitions:
         return {}
     attempts = _Attempts(member, "OffsetFetch", timeout)
@@ -179,7 +197,7 @@ async def fetch_committed(
             )
             result: dict[TopicPartition, OffsetAndMetadata | None] = {}
         else:
-            verdict, result = member._core_call(partial(on_fetch_response, response=response))
+            verdict, result = member._core_call(partial(judge_fetch, response=response))
         match verdict:
             case Done():
                 missing = [tp for tp in wanted if tp not in result]

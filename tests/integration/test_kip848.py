@@ -9,14 +9,22 @@ epoch 1 with an empty assignment and may batch target assignments).
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 
-from kgroup import GroupConfig, GroupMember, UnsupportedVersion
+from kgroup import (
+    GroupConfig,
+    GroupMember,
+    OffsetAndMetadata,
+    TopicPartition,
+    UnsupportedVersion,
+)
 from kgroup.testing import KafkaBroker, TansuBroker
 from kgroup.testing._members import MemberGroup, covered
+from tests.integration.test_consumer import Worker, produce, until
 
 
 def consumer_config(broker: Any, group: str, topic: str, **overrides: Any) -> GroupConfig:
@@ -120,3 +128,70 @@ async def test_tansu_without_the_consumer_protocol_says_use_classic(
         with pytest.raises(UnsupportedVersion, match='group_protocol="classic"'):
             for _ in range(100):
                 await member.poll(timeout=0.5)
+
+
+async def test_offsets_commit_under_the_member_epoch_and_fetch_back(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """OffsetCommit v9 carries the member epoch, also from inside a revoke callback (the
+    member is RECONCILING then); OffsetFetch v9 reads the offsets back."""
+    topic = make_topic(2)
+    cfg = consumer_config(kafka_broker, unique_group, topic)
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    async with MemberGroup() as group:
+        a = await group.start(cfg)
+        await group.wait_until(lambda: covered([a], topic, 2), timeout=60, what="a owns both")
+        await a.member.commit_offsets({p0: 10, p1: 20})
+        assert await a.member.fetch_committed([p0, p1]) == {
+            p0: OffsetAndMetadata(10),
+            p1: OffsetAndMetadata(20),
+        }
+        committed_in_revoke: list[TopicPartition] = []
+
+        async def commit_on_revoke(partitions: frozenset[TopicPartition]) -> None:
+            await a.member.commit_offsets({tp: 30 + tp.partition for tp in partitions})
+            committed_in_revoke.extend(partitions)
+
+        a.hooks["on_partitions_revoked"] = commit_on_revoke
+        b = await group.start(cfg)
+        await group.wait_until(
+            lambda: covered([a, b], topic, 2) and len(b.assignment) == 1, timeout=60, what="1/1"
+        )
+        assert len(committed_in_revoke) == 1
+        moved = committed_in_revoke[0]
+        assert await b.member.fetch_committed([moved]) == {
+            moved: OffsetAndMetadata(30 + moved.partition)
+        }
+
+
+async def test_group_consumer_rolling_restart_processes_every_record_exactly_once(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """GroupConsumer on the consumer protocol: three workers restarted one by one while
+    records flow; every record is processed exactly once (commits after every batch, and in
+    the revoke callback on close)."""
+    partitions, per_partition = 6, 300
+    total = partitions * per_partition
+    topic = make_topic(partitions)
+    await produce(kafka_broker.bootstrap, topic, per_partition, partitions)
+    cfg = consumer_config(kafka_broker, unique_group, topic)
+    processed: collections.Counter[tuple[int, int]] = collections.Counter()
+    workers = [await Worker(cfg, processed).start() for _ in range(3)]
+    try:
+        for i in range(3):
+            mark = len(processed)
+            await until(
+                lambda mark=mark: len(processed) >= mark + total // 8,  # type: ignore[misc]
+                timeout=60,
+                what=f"progress before restart {i}",
+            )
+            await workers[i].close()
+            workers[i] = await Worker(cfg, processed).start()
+        await until(lambda: len(processed) >= total, timeout=90, what="every record processed")
+    finally:
+        for worker in workers:
+            if not worker.stop.is_set():
+                await worker.close()
+    duplicates = {key: n for key, n in processed.items() if n != 1}
+    assert duplicates == {}
+    assert set(processed) == {(p, o) for p in range(partitions) for o in range(per_partition)}

@@ -1,0 +1,147 @@
+"""Offsets of a consumer-protocol member, sans-I/O (spec §10.8).
+
+The same runtime loop as the classic member's (``kgroup._runtime._offsets``) sends these;
+only the rules differ:
+
+- a commit carries the **member epoch** (OffsetCommit v9+, which the broker requires of a
+  consumer-protocol member) and may be sent while the member has an epoch: STABLE, and
+  also RECONCILING and ACKNOWLEDGING, so a revoke callback can commit before it returns;
+- STALE_MEMBER_EPOCH is retried when the member's epoch moved on since the commit was
+  sent (the retry carries the new one), and is CommitFailed otherwise; UNKNOWN_MEMBER_ID,
+  FENCED_MEMBER_EPOCH, ILLEGAL_GENERATION and FENCED_INSTANCE_ID are CommitFailed (the
+  heartbeat, not the commit, decides whether the member is fenced);
+- OffsetFetch v9+ carries the member id and epoch; STALE_MEMBER_EPOCH and UNKNOWN_MEMBER_ID
+  fail it without a retry.
+
+Every other code is judged by the classic table (:mod:`kgroup._core._reactions`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, cast
+
+from .._errors import CommitFailed, ErrorCode, OffsetsError
+from ._consumer_protocol import TopicPartition
+from ._kip848_member import ConsumerProtocolMember
+from ._kip848_state import ConsumerState
+from ._member import MemberCore
+from ._messages import (
+    MEMBER_EPOCH_OFFSET_VERSION,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from ._offsets import (
+    Done,
+    Fail,
+    OffsetAndMetadata,
+    Retry,
+    Verdict,
+    _normalise,
+    on_commit_response,
+    on_fetch_response,
+)
+from ._state import Generation
+
+__all__ = [
+    "commit_request_848",
+    "fetch_request_848",
+    "on_commit_response_848",
+    "on_fetch_response_848",
+]
+
+S = ConsumerState
+E = ErrorCode
+
+#: The states in which the member has an epoch the broker accepts commits under.
+_COMMITTING = frozenset({S.STABLE, S.RECONCILING, S.ACKNOWLEDGING, S.PREPARE_LEAVING})
+_NOT_A_MEMBER = frozenset(
+    {E.UNKNOWN_MEMBER_ID, E.FENCED_MEMBER_EPOCH, E.ILLEGAL_GENERATION, E.FENCED_INSTANCE_ID}
+)
+
+
+def _as_classic(core: ConsumerProtocolMember) -> MemberCore:
+    # The classic rules used below read only what both cores have alike: settings.group_id
+    # and group_instance_id, generation, mark_coordinator_unknown and record_fatal.
+    return cast(MemberCore, core)
+
+
+def commit_request_848(
+    core: ConsumerProtocolMember, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]
+) -> OffsetCommitRequest | Done:
+    """The OffsetCommit to send now (v9, under the member epoch), or :class:`Done` when
+    there is nothing to commit. A member without an epoch raises :class:`CommitFailed`."""
+    parts = _normalise(offsets)
+    if not parts:
+        return Done()
+    if core.state not in _COMMITTING or core.member_epoch <= 0:
+        raise CommitFailed(
+            f"cannot commit for group {core.settings.group_id!r}: this member has no member "
+            f"epoch now ({core.state.name}; its partitions may belong to another member)"
+        )
+    return OffsetCommitRequest(
+        group_id=core.settings.group_id,
+        generation_id=core.member_epoch,
+        member_id=core.member_id,
+        group_instance_id=core.settings.instance_id,
+        partitions=parts,
+        max_version=MEMBER_EPOCH_OFFSET_VERSION,
+    )
+
+
+def on_commit_response_848(
+    core: ConsumerProtocolMember, sent: Generation, response: OffsetCommitResponse
+) -> Verdict:
+    """Judge an OffsetCommit answer; ``sent`` carries the epoch the request was sent with."""
+    first = next((code for _, _, code in response.results if code), None)
+    if first == E.STALE_MEMBER_EPOCH:
+        if core.member_epoch > 0 and core.member_epoch != sent.generation_id:
+            return Retry(f"STALE_MEMBER_EPOCH at epoch {sent.generation_id}: the epoch moved on")
+        return Fail(_commit_failed(core, "STALE_MEMBER_EPOCH", sent))
+    if first in _NOT_A_MEMBER:
+        return Fail(_commit_failed(core, ErrorCode.describe(first), sent))
+    if first == E.REBALANCE_IN_PROGRESS:  # not a consumer-protocol answer: retry
+        return Retry("REBALANCE_IN_PROGRESS")
+    return on_commit_response(_as_classic(core), sent, response)
+
+
+def _commit_failed(core: ConsumerProtocolMember, name: str, sent: Generation) -> CommitFailed:
+    return CommitFailed(
+        f"offset commit for group {core.settings.group_id!r} failed: {name} (member epoch "
+        f"{sent.generation_id}). The partitions may belong to another member now; do not "
+        "assume these offsets were stored"
+    )
+
+
+def fetch_request_848(
+    core: ConsumerProtocolMember, partitions: Iterable[TopicPartition]
+) -> OffsetFetchRequest:
+    """The OffsetFetch for ``partitions``, with the member id and epoch when it has one."""
+    wanted: list[tuple[str, int]] = []
+    for tp in dict.fromkeys(partitions):
+        if not isinstance(tp, TopicPartition):
+            raise TypeError(f"partitions must be TopicPartition values, got {tp!r}")
+        wanted.append((tp.topic, tp.partition))
+    member: dict[str, Any] = {}
+    if core.member_epoch > 0:
+        member = {"member_id": core.member_id, "member_epoch": core.member_epoch}
+    return OffsetFetchRequest(group_id=core.settings.group_id, partitions=tuple(wanted), **member)
+
+
+def on_fetch_response_848(
+    core: ConsumerProtocolMember, response: OffsetFetchResponse
+) -> tuple[Verdict, dict[TopicPartition, OffsetAndMetadata | None]]:
+    """Judge an OffsetFetch answer (§10.8, then the classic table of §4.7)."""
+    code = response.error_code
+    if code in (E.STALE_MEMBER_EPOCH, E.UNKNOWN_MEMBER_ID):
+        return Fail(
+            OffsetsError(
+                f"offset fetch for group {core.settings.group_id!r} failed: "
+                f"{ErrorCode.describe(code)}",
+                api="OffsetFetch",
+                error_code=code,
+            )
+        ), {}
+    return on_fetch_response(_as_classic(core), response)
