@@ -217,7 +217,9 @@ class ConsumerMemberBase:
     @property
     def valid_until(self) -> float | None:
         """Until when the member may trust what it owns (None: it owns nothing). Minus
-        infinity once it is fenced, stale or leaving without an epoch."""
+        infinity once it is fenced, stale or leaving without an epoch. The bounds: the
+        session (the last answered heartbeat's send time plus the broker's session timeout),
+        a pending revoke's deadline, and the poll deadline."""
         if not self.owned:
             return None
         if self.state not in IN_GROUP or self._lost_reason is not None:
@@ -227,7 +229,9 @@ class ConsumerMemberBase:
         deadline = self._session_proof + self.settings.session_timeout_ms
         if self._revoke_deadline is not None:
             deadline = min(deadline, self._revoke_deadline)
-        return deadline
+        # Past the poll deadline the member leaves the group, and the broker gives its
+        # partitions away at once.
+        return min(deadline, self._poll_deadline)
 
     def check_lease(self, now: float) -> None:
         """Fence the member locally when its lease has run out: by then the broker may have

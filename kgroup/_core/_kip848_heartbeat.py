@@ -126,12 +126,13 @@ class HeartbeatDriver(ConsumerMemberBase):
 
     def heartbeat_action(self, now: float) -> HeartbeatAction:
         """What the heartbeat task does now (see the module docstring)."""
+        polling = self.state in (S.JOINING, S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)
+        if polling and now >= self._poll_deadline:
+            self._poll_timer_expired(now)  # before the lease, whose bound it also is
         self.check_lease(now)
         leaving_unheard = self.state is S.PREPARE_LEAVING and self.member_epoch <= 0
         if self.state in _NO_HEARTBEAT or leaving_unheard:
             return HeartbeatIdle(self.valid_until if self.owned else None)
-        if now >= self._poll_deadline and self.state is not S.LEAVING:
-            self._poll_timer_expired(now)
         if self.coordinator is None:
             if self.state is S.LEAVING:
                 # No coordinator to tell: the leave is given up (§10.6), its session will end.
@@ -162,6 +163,8 @@ class HeartbeatDriver(ConsumerMemberBase):
             self._start_joining("polled again after the poll timer expired")
 
     def _poll_timer_expired(self, now: float) -> None:
+        if self.owned:
+            self._emit("member.lease_expired", deadline=self._poll_deadline)
         self._emit("member.poll_timeout", max_poll_interval_ms=self.settings.max_poll_interval_ms)
         self._leave_epoch = self.settings.poll_timeout_leave_epoch
         self._stale_after_leave = True

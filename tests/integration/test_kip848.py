@@ -195,3 +195,30 @@ async def test_group_consumer_rolling_restart_processes_every_record_exactly_onc
     duplicates = {key: n for key, n in processed.items() if n != 1}
     assert duplicates == {}
     assert set(processed) == {(p, o) for p in range(partitions) for o in range(per_partition)}
+
+
+async def test_poll_timeout_leaves_at_once_and_rejoins_on_the_next_poll(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """H52 on the broker: a member that stops polling sends a leave heartbeat (epoch -1) at
+    its poll deadline, its lease ends there (no overlap with the member that takes its
+    partitions over), and when it polls again it reports them lost and rejoins."""
+    topic = make_topic(4)
+    cfg = consumer_config(kafka_broker, unique_group, topic)
+    slow = consumer_config(kafka_broker, unique_group, topic, max_poll_interval_ms=3_000)
+    async with MemberGroup() as group:
+        a = await group.start(cfg)
+        s = await group.start(slow)
+        await group.wait_until(
+            lambda: covered([a, s], topic, 4) and len(s.assignment) == 2, timeout=60, what="2/2"
+        )
+        left = events_of(s.member, "member.leave_sent")
+        await s.pause()
+        await group.wait_until(lambda: len(a.assignment) == 4, timeout=60, what="a takes over")
+        assert left and left[0]["epoch"] == -1
+        assert s.member.valid_until is not None and s.member.valid_until < 0  # -inf
+        s.resume()
+        await group.wait_until(
+            lambda: covered([a, s], topic, 4) and len(s.assignment) == 2, timeout=60, what="back"
+        )
+        assert [e.callback for e in s.events].count("on_partitions_lost") == 1

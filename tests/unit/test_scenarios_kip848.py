@@ -316,7 +316,11 @@ def test_h51_revoke_before_acknowledging() -> None:
     assert h.state() is S.ACKNOWLEDGING
     ack = h.send().request
     assert ack.topic_partitions == assignment((T1, (0,)))
-    assert h.m.valid_until == 5_000 + 45_000  # back to the session bound
+    h.at(6_000)
+    h.m.polled(h.now)
+    # The revoke is done: its deadline no longer bounds the lease; the poll deadline (6 s
+    # + 20 s) does, being below the session bound (5 s + 45 s).
+    assert h.m.valid_until == 26_000
 
 
 def test_h52_poll_timer_leaves_loses_and_rejoins_on_the_next_poll() -> None:
@@ -611,3 +615,16 @@ def test_stale_answer_after_rejoin_is_ignored() -> None:
     h.m.on_heartbeat_failed(old, h.now, "late")  # the runtime gave up on it
     h.answer(old, code=E.FENCED_MEMBER_EPOCH)  # ... and its answer arrives after all
     assert h.state() is S.STABLE
+
+
+def test_the_poll_deadline_bounds_the_lease_and_its_expiry_is_reported() -> None:
+    """Past the poll deadline the member leaves and the broker hands its partitions out at
+    once: the lease ends there, and ``member.lease_expired`` says so before the leave."""
+    h = Harness(settings={"max_poll_interval_ms": 60_000})
+    h.answer(h.joined(), epoch=5)
+    assert h.m.valid_until == 45_000  # the session bound (ack sent at 0) is the lower
+    h.heartbeats_until_leave()
+    names = h.event_names()
+    assert names.index("member.lease_expired") < names.index("member.leave_sent")
+    expired = dict(h.events)["member.lease_expired"]
+    assert expired["deadline"] == 60_000
