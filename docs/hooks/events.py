@@ -141,6 +141,21 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
         "Also produce the event log's lines to this Kafka topic "
         "([the Kafka sink](../guide/event-log.md#the-kafka-sink)).",
     ),
+    "group_protocol": (
+        "group.protocol",
+        '`"classic"` or `"consumer"` ([KIP-848](../guide/consumer-protocol.md)); with '
+        '`"consumer"` the classic-only settings are refused.',
+    ),
+    "group_remote_assignor": (
+        "group.remote.assignor",
+        "The broker's assignor for a consumer-protocol group (`uniform`, `range`, a "
+        "plug-in); `None`: the broker's default.",
+    ),
+    "consumer_session_timeout_ms": (
+        "(kgroup)",
+        "The broker's consumer session timeout for this group (not sent): the lease of a "
+        "consumer-protocol member is bounded by it.",
+    ),
     "sasl_password": (
         "sasl.password",
         "SASL password. Never shown in `repr()`, logs or errors.",
