@@ -299,6 +299,8 @@ class ConsumerProtocolRuntime:
             if state is not S.PREPARE_LEAVING:
                 break
             await self._wait_in_poll(None, shared.now() + 100.0)  # a reconciliation ends
-        if state is S.LEAVING:
+        if state is S.LEAVING and shared.seam is not None:
             shared.wake_hb()
-            await self._leave_sent.wait()
+            # The heartbeat task sets it, on the coordinator loop (a thread of its own in
+            # isolated mode): wait for it there.
+            await shared.seam.run_on_coordinator(self._leave_sent.wait())

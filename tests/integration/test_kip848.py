@@ -222,3 +222,56 @@ async def test_poll_timeout_leaves_at_once_and_rejoins_on_the_next_poll(
             lambda: covered([a, s], topic, 4) and len(s.assignment) == 2, timeout=60, what="back"
         )
         assert [e.callback for e in s.events].count("on_partitions_lost") == 1
+
+
+async def test_isolated_heartbeat_mode_joins_and_leaves(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """``isolate_heartbeat=True``: the heartbeat task and the coordinator connection run on
+    their own loop in a thread; the member still joins, reconciles in poll() and leaves."""
+    topic = make_topic(2)
+    cfg = consumer_config(kafka_broker, unique_group, topic, isolate_heartbeat=True)
+    async with MemberGroup() as group:
+        a = await group.start(cfg)
+        await group.wait_until(lambda: covered([a], topic, 2), timeout=60, what="a owns both")
+        left = events_of(a.member, "member.leave_sent")
+        await a.close()
+        assert left and left[0]["epoch"] == -1
+        assert a.member.closed
+
+
+async def test_fastapi_member_mode_on_the_consumer_protocol(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """kgroup.fastapi's lifespan runs a consumer-protocol member: ready once it owns the
+    topic, closed with the app."""
+    import asyncio
+
+    import httpx
+    from fastapi import FastAPI
+
+    from kgroup.fastapi import KGroupLifespan
+
+    topic = make_topic(3)
+    everything = frozenset(TopicPartition(topic, p) for p in range(3))
+    owned = asyncio.Event()
+
+    async def on_assignment(partitions: frozenset[TopicPartition]) -> None:
+        if partitions == everything:
+            owned.set()
+
+    kg = KGroupLifespan(
+        consumer_config(kafka_broker, unique_group, topic),
+        on_assignment=on_assignment,
+        poll_timeout=0.2,
+    )
+    app = FastAPI(lifespan=kg.lifespan)
+    app.include_router(kg.health_router(prefix="/hc"))
+    transport = httpx.ASGITransport(app=app)
+    async with kg.lifespan(app), httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        await asyncio.wait_for(owned.wait(), 60)
+        response = await c.get("/hc/ready")
+        assert response.status_code == 200, response.text
+        assert response.json()["assignment"] == sorted(f"{topic}-{p}" for p in range(3))
+        member = kg.member
+    assert member.closed
