@@ -201,6 +201,10 @@ class GroupConfig:
     - ``group_remote_assignor`` [group.remote.assignor]: the server assignor (``"uniform"``,
       ``"range"`` or a broker plug-in); ``None`` takes the broker's default. Consumer
       protocol only.
+    - ``group_protocol_fallback`` (False): with ``"consumer"``, become a classic member
+      when the broker does not offer the consumer protocol, instead of failing with
+      UnsupportedVersion; only before the member first joined. The classic-only settings
+      are then accepted, and apply only after a fallback.
     - ``consumer_session_timeout_ms`` (45000): the broker's consumer session timeout for
       this group (``group.consumer.session.timeout.ms``, or the group's
       ``consumer.session.timeout.ms``). It is not sent: the lease bounds every assignment
@@ -241,6 +245,7 @@ class GroupConfig:
     event_log_topic: str | None = None
     group_protocol: str = "classic"
     group_remote_assignor: str | None = None
+    group_protocol_fallback: bool = False
     consumer_session_timeout_ms: int = DEFAULT_CONSUMER_SESSION_TIMEOUT_MS
     brokers: tuple[tuple[str, int], ...] = field(init=False, repr=False, compare=False)
 
@@ -331,6 +336,8 @@ class GroupConfig:
                 "group_protocol",
                 f"{self.group_protocol!r} is not one of {', '.join(GROUP_PROTOCOLS)}",
             )
+        if not isinstance(self.group_protocol_fallback, bool):
+            raise ConfigError("group_protocol_fallback", "must be True or False")
         if self.group_protocol == "classic":
             if self.group_remote_assignor is not None:
                 raise ConfigError(
@@ -340,7 +347,7 @@ class GroupConfig:
                 )
             return
         for name, (default, why) in _CLASSIC_ONLY.items():
-            if getattr(self, name) != default:
+            if getattr(self, name) != default and not self.group_protocol_fallback:
                 raise ConfigError(name, f'not used with group_protocol="consumer": {why}')
         assignor = self.group_remote_assignor
         if assignor is not None and (not isinstance(assignor, str) or not assignor):

@@ -35,6 +35,7 @@ Level = Literal["debug", "info", "warning", "error"]
 
 EventName = Literal[
     "member.state_changed",
+    "member.protocol_fallback",
     "member.fenced",
     "member.assignment_received",
     "member.reconciling",
@@ -124,6 +125,11 @@ def _e(level: Level, fields: str, summary: str) -> EventInfo:
 
 
 EVENTS: Mapping[EventName, EventInfo] = {
+    "member.protocol_fallback": _e(
+        "warning",
+        "reason",
+        "The broker does not offer the consumer protocol: the member falls back to classic.",
+    ),
     "member.fenced": _e(
         "warning",
         "reason",

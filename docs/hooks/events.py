@@ -151,6 +151,11 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
         "The broker's assignor for a consumer-protocol group (`uniform`, `range`, a "
         "plug-in); `None`: the broker's default.",
     ),
+    "group_protocol_fallback": (
+        "(kgroup)",
+        "With the consumer protocol: fall back to classic when the broker does not offer "
+        "it (before the first join), instead of failing.",
+    ),
     "consumer_session_timeout_ms": (
         "(kgroup)",
         "The broker's consumer session timeout for this group (not sent): the lease of a "

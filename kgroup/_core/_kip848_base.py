@@ -86,6 +86,8 @@ class ConsumerMemberBase:
         #: The latest assignment the broker gave (None: none since joining).
         self.target: frozenset[IdPartition] | None = None
         self.fatal: KGroupError | None = None
+        #: Whether the broker ever gave this member an epoch.
+        self.joined_once = False
         #: There is no leader in a consumer-protocol group (GroupMember.is_leader).
         self.is_leader = False
         # Discovery.

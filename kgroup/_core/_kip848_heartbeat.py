@@ -353,6 +353,7 @@ class HeartbeatDriver(ConsumerMemberBase):
             self._emit("member.member_id_changed", old=self.member_id, new=resp.member_id)
             self.member_id = resp.member_id
         joined = self.member_epoch == 0 and resp.member_epoch > 0
+        self.joined_once = self.joined_once or joined
         self.member_epoch = resp.member_epoch
         if resp.heartbeat_interval_ms > 0:
             self.heartbeat_interval_ms = resp.heartbeat_interval_ms

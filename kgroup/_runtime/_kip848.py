@@ -103,6 +103,17 @@ class ConsumerProtocolRuntime:
         #: What the application holds, with topic names (GroupMember.assignment).
         self.assignment: frozenset[TopicPartition] = frozenset()
         self._leave_sent = asyncio.Event()
+        self._stopped = False
+
+    @property
+    def joined_once(self) -> bool:
+        """Whether the broker ever gave this member an epoch."""
+        return self.core.joined_once
+
+    def stop(self) -> None:
+        """Stop the heartbeat task (the fallback to classic replaces it)."""
+        self._stopped = True
+        self._shared.wake_hb()
 
     def _step(self) -> _Step:
         return _Step(self._shared, self.core)
@@ -121,7 +132,7 @@ class ConsumerProtocolRuntime:
     async def run(self) -> None:
         """The heartbeat task, on the coordinator loop, until the member closes."""
         shared = self._shared
-        while shared.lifecycle in (Lifecycle.OPEN, Lifecycle.CLOSING):
+        while not self._stopped and shared.lifecycle in (Lifecycle.OPEN, Lifecycle.CLOSING):
             shared.hb_wake.clear()
             with self._step() as core:
                 action = core.heartbeat_action(shared.now())

@@ -33,11 +33,12 @@ from .._core._embedding import ConsumerEmbedding
 from .._core._group_protocol import GroupProtocol
 from .._core._member import MemberCore
 from .._core._state import Generation, MemberState
-from .._errors import ConfigError, ListenerError, UsageError
+from .._errors import ConfigError, ListenerError, UnsupportedVersion, UsageError
 from .._listener import ItemListener, RebalanceListener
 from .._log import logger
 from .._stats import MemberStats
 from ._event_log import close_event_log, open_event_log
+from ._fallback import classic_core, fall_back_to_classic, may_fall_back
 from ._handoff import hand_off
 from ._heartbeat import HeartbeatDriver, send_leave
 from ._kip848 import ConsumerProtocolRuntime, classic_state
@@ -245,14 +246,7 @@ class GroupMember:
         embedding = shared.embedding
         if self._config.event_log is not None or self._config.event_log_topic is not None:
             open_event_log(shared)
-        shared.core = MemberCore(
-            self._config.member_settings(),
-            protocol_type=embedding.protocol_type,
-            protocols=embedding.metadata,
-            now=shared.now(),
-            observer=shared.observe,
-            holds_assignment=lambda: bool(embedding.owned or shared.releasing),
-        )
+        shared.core = classic_core(shared)
         if self._config.group_protocol == "consumer":
             self._kip848 = ConsumerProtocolRuntime(shared, self._link, self._rebalance)
             shared.core = cast(MemberCore, self._kip848.core)  # the link's calls: both cores
@@ -424,7 +418,12 @@ class GroupMember:
         ListenerError if a callback raised (after the rebalance step completed).
         """
         if self._kip848 is not None:
-            return await self._kip848.poll(timeout)
+            try:
+                return await self._kip848.poll(timeout)
+            except UnsupportedVersion as exc:
+                if not may_fall_back(self, exc):
+                    raise
+                await fall_back_to_classic(self, exc)
         return await self._rebalance.poll(timeout)
 
     async def wait_rebalance_pending(self, timeout: float | None = None) -> bool:

@@ -275,3 +275,27 @@ async def test_fastapi_member_mode_on_the_consumer_protocol(
         assert response.json()["assignment"] == sorted(f"{topic}-{p}" for p in range(3))
         member = kg.member
     assert member.closed
+
+
+async def test_tansu_with_the_fallback_becomes_a_classic_member(
+    tansu_broker: TansuBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """``group_protocol_fallback=True``: on a broker without the consumer protocol the
+    member logs ``member.protocol_fallback`` and joins as a classic member instead."""
+    topic = make_topic(2, broker=tansu_broker)
+    cfg = consumer_config(
+        tansu_broker,
+        unique_group,
+        topic,
+        group_protocol_fallback=True,
+        group_remote_assignor="range",
+        session_timeout_ms=6_000,  # used only once it falls back to classic
+        heartbeat_interval_ms=500,
+    )
+    async with MemberGroup() as group:
+        a = await group.start(cfg)
+        fell_back = events_of(a.member, "member.protocol_fallback")
+        await group.wait_until(lambda: covered([a], topic, 2), timeout=60, what="a owns both")
+        assert a.member.config.group_protocol == "classic"
+        assert len(fell_back) == 1 and 'group_protocol="classic"' in fell_back[0]["reason"]
+        assert not a.errors

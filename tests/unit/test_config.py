@@ -212,6 +212,13 @@ def test_classic_only_settings_are_refused_with_the_consumer_protocol(
     assert err.value.field == name
 
 
+def test_classic_only_settings_are_accepted_for_a_fallback() -> None:
+    config = _consumer(session_timeout_ms=6_000, group_protocol_fallback=True)
+    assert config.session_timeout_ms == 6_000
+    with pytest.raises(ConfigError, match="group_protocol_fallback: must be True or False"):
+        _consumer(group_protocol_fallback="yes")
+
+
 def test_remote_assignor_needs_the_consumer_protocol() -> None:
     with pytest.raises(ConfigError, match="group_remote_assignor: server assignors need"):
         GroupConfig(bootstrap_servers="b:9092", group_id="g", group_remote_assignor="uniform")
