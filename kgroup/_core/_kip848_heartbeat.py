@@ -261,7 +261,7 @@ class HeartbeatDriver(ConsumerMemberBase):
         if disconnected:
             self.mark_coordinator_unknown(reason)
         self._back_off(now)
-        self._emit("member.heartbeat_failed", reason=reason)
+        self._emit("member.heartbeat_failed", error=reason)
 
     def _take_in_flight(self, sent: SendConsumerHeartbeat) -> bool:
         if sent.leave:
@@ -292,8 +292,10 @@ class HeartbeatDriver(ConsumerMemberBase):
         code = resp.error_code
         reaction = heartbeat_reaction(code)
         if reaction is R.OK:
+            self._emit("member.heartbeat_ok")
             self._accept(sent, resp, fields, now)
             return
+        self._emit("member.heartbeat_failed", error=ErrorCode.describe(code))
         self._sent = None
         if reaction is R.COORDINATOR_MOVED:
             self.mark_coordinator_unknown(ErrorCode.describe(code))

@@ -33,7 +33,7 @@ from .._errors import CoordinatorError, ErrorCode, KGroupError, RemoteProtocolEr
 from ._link import CoordinatorLink
 from ._shared import Lifecycle, Shared
 
-__all__ = ["HeartbeatDriver", "send_leave"]
+__all__ = ["HeartbeatDriver", "log_late", "send_leave"]
 
 #: Heartbeat answers that kept the session alive (spec §4.4).
 _ALIVE_CODES = frozenset({ErrorCode.NONE, ErrorCode.REBALANCE_IN_PROGRESS})
@@ -57,6 +57,23 @@ async def send_leave(
         group=leave.group_id,
         member_id=leave.member_id,
         error_code=response.effective_error,
+    )
+
+
+def log_late(shared: Shared, due: float, lateness: float) -> None:
+    """Log ``heartbeat.late``: the heartbeat task woke ``lateness`` ms after ``due`` (the
+    event loop was busy: a stall)."""
+    core = shared.core
+    generation = core.generation if core is not None else None
+    shared.log(
+        "heartbeat.late",
+        group=shared.config.group_id,
+        member_id=generation.member_id if generation is not None else "",
+        generation=generation.generation_id if generation is not None else -1,
+        lag_ms=round(lateness, 1),
+        due=round(due, 1),
+        threshold_ms=shared.config.loop_stall_warn_ms,
+        isolated=shared.seam is not None and shared.seam.isolated,
     )
 
 
@@ -195,16 +212,4 @@ class HeartbeatDriver:
                 core.on_heartbeat_response(action.generation, outcome, now)
 
     def _log_late(self, due: float, lateness: float) -> None:
-        shared = self._shared
-        core = shared.core
-        generation = core.generation if core is not None else None
-        shared.log(
-            "heartbeat.late",
-            group=shared.config.group_id,
-            member_id=generation.member_id if generation is not None else "",
-            generation=generation.generation_id if generation is not None else -1,
-            lag_ms=round(lateness, 1),
-            due=round(due, 1),
-            threshold_ms=shared.config.loop_stall_warn_ms,
-            isolated=shared.seam is not None and shared.seam.isolated,
-        )
+        log_late(self._shared, due, lateness)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, assert_never
 
 from .._core._consumer_protocol import TopicPartition
@@ -40,6 +40,7 @@ from .._core._kip848_member import ConsumerProtocolMember
 from .._core._kip848_state import ConsumerState
 from .._core._state import MemberState
 from .._errors import CoordinatorError, KGroupError, ListenerError, RemoteProtocolError
+from ._heartbeat import log_late
 from ._link import CoordinatorLink
 from ._rebalance import RebalanceDriver
 from ._shared import Lifecycle, Shared
@@ -123,21 +124,41 @@ class ConsumerProtocolRuntime:
     async def _wait(self, until: float | None) -> None:
         shared = self._shared
         timeout = None if until is None else max(0.0, (until - shared.now()) / 1000.0)
+        if shared.seam is not None and shared.seam.isolated:
+            # Wake at least every second to notice an abandoned member (see run()).
+            timeout = 1.0 if timeout is None else min(timeout, 1.0)
         try:
             async with asyncio.timeout(timeout):
                 await shared.hb_wake.wait()
         except TimeoutError:
             pass
 
-    async def run(self) -> None:
-        """The heartbeat task, on the coordinator loop, until the member closes."""
+    async def run(self, abandoned: Callable[[], bool]) -> None:
+        """The heartbeat task, on the coordinator loop, until the member closes.
+        ``abandoned()`` is true when the member must stop by itself (isolated mode, the
+        application's loop closed without close()). A wake-up later than the loop stall
+        threshold is logged as ``heartbeat.late``, as for the classic member."""
         shared = self._shared
+        stats = shared.hb_stats
         while not self._stopped and shared.lifecycle in (Lifecycle.OPEN, Lifecycle.CLOSING):
+            if abandoned():
+                return
             shared.hb_wake.clear()
+            now = shared.now()
+            due = stats.due
+            lateness = stats.woke(now)
             with self._step() as core:
-                action = core.heartbeat_action(shared.now())
+                action = core.heartbeat_action(now)
+            if isinstance(action, HeartbeatWait):
+                stats.waiting(action.until, now)
+            else:
+                stats.idle()
+            if lateness is not None and due is not None and stats.is_late(lateness):
+                log_late(shared, due, lateness)
             match action:
                 case SendConsumerHeartbeat():
+                    if shared.recorder is not None:
+                        shared.recorder.heartbeat_sending(lateness)
                     await self._heartbeat(action)
                 case HeartbeatFindCoordinator(until=until):
                     if until <= shared.now():
@@ -158,6 +179,8 @@ class ConsumerProtocolRuntime:
         try:
             response = await self._link.request(action.request, action.timeout_ms)
         except (CoordinatorError, RemoteProtocolError) as exc:
+            if shared.recorder is not None and not action.leave:
+                shared.recorder.heartbeat_answered(action.sent_at, shared.now())
             stats.lost()
             if action.leave:
                 shared.log(
@@ -186,6 +209,8 @@ class ConsumerProtocolRuntime:
             return
         now = shared.now()
         stats.answered(action.sent_at, now, ok=response.error_code == 0)
+        if shared.recorder is not None:
+            shared.recorder.heartbeat_answered(action.sent_at, now)
         with self._step() as core:
             core.on_heartbeat_response(action, response, now)
 

@@ -269,7 +269,7 @@ class GroupMember:
     def _spawn_coordinator_tasks(self) -> None:
         """On the coordinator loop: start the heartbeat task and the metadata watch."""
         if self._kip848 is not None:  # the broker resolves patterns and watches metadata
-            self._shared.tasks.spawn(self._kip848.run(), "kgroup-heartbeat")
+            self._shared.tasks.spawn(self._kip848.run(self._abandoned), "kgroup-heartbeat")
             return
         self._shared.tasks.spawn(self._heartbeat.run(self._abandoned), "kgroup-heartbeat")
         self._shared.tasks.spawn(self._metadata.run(), "kgroup-metadata-watch")

@@ -299,3 +299,28 @@ async def test_tansu_with_the_fallback_becomes_a_classic_member(
         assert a.member.config.group_protocol == "classic"
         assert len(fell_back) == 1 and 'group_protocol="classic"' in fell_back[0]["reason"]
         assert not a.errors
+
+
+async def test_event_log_records_consumer_protocol_heartbeats(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, tmp_path: Any
+) -> None:
+    """The event log of a consumer-protocol member has its state changes, its partitions
+    and its heartbeats with round trips, as the report pipeline reads them."""
+    import json
+
+    topic = make_topic(1)
+    cfg = consumer_config(kafka_broker, unique_group, topic, event_log=str(tmp_path))
+    async with MemberGroup() as group:
+        a = await group.start(cfg)
+        await group.wait_until(lambda: covered([a], topic, 1), timeout=60, what="owned")
+        await a.close()
+    lines = [
+        json.loads(line)
+        for f in sorted(tmp_path.glob("*.jsonl"))
+        for line in f.read_text().splitlines()
+    ]
+    events = {line["event"] for line in lines}
+    assert {"member.state_changed", "member.partitions_assigned", "member.heartbeat_ok"} <= events
+    beats = [line for line in lines if line["event"] == "member.heartbeat_ok"]
+    assert all(b["hb_rtt_ms"] >= 0 for b in beats)
+    assert {line["member_uid"] for line in lines} == {lines[0]["member_uid"]}
