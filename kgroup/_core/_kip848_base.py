@@ -51,8 +51,8 @@ class SentFields:
     that the next heartbeat is full (§10.2)."""
 
     rebalance_timeout_ms: int
-    topics: tuple[str, ...] | None
-    topic_regex: str | None
+    topics: tuple[str, ...]
+    topic_regex: str
     server_assignor: str | None
     rack_id: str | None
     owned: frozenset[IdPartition]
@@ -83,6 +83,9 @@ class ConsumerMemberBase:
         self.coordinator: Coordinator | None = None
         self.owned: frozenset[IdPartition] = frozenset()
         self.names: dict[uuid.UUID, str] = {}
+        #: The subscription: topic names, or a broker-side regex (then no names).
+        self.topics: tuple[str, ...] = tuple(sorted(settings.topics))
+        self.topic_regex: str | None = settings.topic_regex
         #: The latest assignment the broker gave (None: none since joining).
         self.target: frozenset[IdPartition] | None = None
         self.fatal: KGroupError | None = None

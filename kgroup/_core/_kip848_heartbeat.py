@@ -188,8 +188,12 @@ class HeartbeatDriver(ConsumerMemberBase):
         st = self.settings
         fields = SentFields(
             rebalance_timeout_ms=st.rebalance_timeout_ms,
-            topics=None if st.topic_regex is not None else tuple(sorted(st.topics)),
-            topic_regex=st.topic_regex,
+            # Kafka keeps a field a heartbeat leaves out (null) and replaces it with what it
+            # carries: an empty list drops the names, an empty string drops the regex. So a
+            # subscription is sent as both, the other one empty (librdkafka's mock cluster
+            # also insists on both).
+            topics=() if self.topic_regex is not None else self.topics,
+            topic_regex=self.topic_regex or "",
             server_assignor=st.server_assignor,
             rack_id=st.rack_id,
             owned=self.owned if self.member_epoch > 0 else frozenset(),
@@ -217,14 +221,24 @@ class HeartbeatDriver(ConsumerMemberBase):
             rebalance_timeout_ms=(
                 fields.rebalance_timeout_ms if changed("rebalance_timeout_ms") else -1
             ),
-            subscribed_topic_names=(
-                fields.topics if fields.topics is not None and (changed("topics") or full) else None
-            ),
+            subscribed_topic_names=fields.topics if changed("topics") else None,
             subscribed_topic_regex=fields.topic_regex if changed("topic_regex") else None,
             server_assignor=fields.server_assignor if changed("server_assignor") else None,
             topic_partitions=by_topic(fields.owned) if changed("owned") else None,
         )
         return req, fields
+
+    def subscribe(self, topics: tuple[str, ...], topic_regex: str | None, now: float) -> bool:
+        """Change the subscription (names, or a broker-side regex); the next heartbeat,
+        sent at once, carries it. False when nothing changed."""
+        topics = () if topic_regex is not None else tuple(sorted(topics))
+        if (topics, topic_regex) == (self.topics, self.topic_regex):
+            return False
+        self.topics, self.topic_regex = topics, topic_regex
+        self._next_heartbeat_at = min(self._next_heartbeat_at, now)
+        self._signals.wake_heartbeat = True
+        self._emit("member.subscription_changed", topics=list(topics), pattern=topic_regex)
+        return True
 
     def _send(self, now: float, *, leave: bool) -> SendConsumerHeartbeat:
         req, fields = self._request(leave)
@@ -318,7 +332,7 @@ class HeartbeatDriver(ConsumerMemberBase):
                 self._back_off(now)
         elif reaction is R.REPORT_TOPIC_AUTHORIZATION:
             self._report = TopicAuthorizationFailed(
-                self.settings.topics,
+                self.topics,
                 f"ConsumerGroupHeartbeat: {resp.error_message or 'topic authorization failed'}",
             )
             self._signals.wake_poll = True

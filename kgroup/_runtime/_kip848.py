@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, assert_never
 
+from .._config import check_topic_pattern, check_topics
 from .._core._consumer_protocol import TopicPartition
 from .._core._embedding import ListenerCall
 from .._core._kip848_actions import (
@@ -39,7 +40,13 @@ from .._core._kip848_actions import (
 from .._core._kip848_member import ConsumerProtocolMember
 from .._core._kip848_state import ConsumerState
 from .._core._state import MemberState
-from .._errors import CoordinatorError, KGroupError, ListenerError, RemoteProtocolError
+from .._errors import (
+    CoordinatorError,
+    KGroupError,
+    ListenerError,
+    RemoteProtocolError,
+    UsageError,
+)
 from ._heartbeat import log_late
 from ._link import CoordinatorLink
 from ._rebalance import RebalanceDriver
@@ -213,6 +220,25 @@ class ConsumerProtocolRuntime:
             shared.recorder.heartbeat_answered(action.sent_at, now)
         with self._step() as core:
             core.on_heartbeat_response(action, response, now)
+
+    def subscribe(self, topics: Iterable[str] | None, pattern: str | None) -> None:
+        """See :meth:`kgroup.GroupMember.subscribe`: the pattern is sent to the broker,
+        which matches it (RE2/J) against whole topic names; the next heartbeat carries the
+        change, and the broker's next target assignment reflects it."""
+        if (topics is None) == (pattern is None):
+            raise UsageError("subscribe() takes either topics or pattern")
+        if pattern is not None:
+            check_topic_pattern(pattern, "pattern")
+            new_topics: tuple[str, ...] = ()
+        else:
+            new_topics = check_topics(topics, "topics")
+        shared = self._shared
+        with self._step() as core:
+            core.subscribe(new_topics, pattern, shared.now())
+
+    @property
+    def subscription(self) -> tuple[str, ...]:
+        return self.core.topics
 
     # -- the poll path ---------------------------------------------------------------------
 

@@ -285,6 +285,8 @@ class GroupMember:
     def subscription(self) -> tuple[str, ...]:
         """The topics this member subscribes to now (for a pattern: what it matched at the
         last metadata refresh); empty for a GroupProtocol member."""
+        if self._kip848 is not None:
+            return self._kip848.subscription
         embedding = self._shared.embedding
         return embedding.topics if isinstance(embedding, ConsumerEmbedding) else ()
 
@@ -303,7 +305,8 @@ class GroupMember:
         ``metadata_max_age_ms``. Raises ConfigError for an invalid argument."""
         shared = self._shared
         shared.check_open()
-        self._classic_only("subscribe()")
+        if self._kip848 is not None:
+            return self._kip848.subscribe(topics, pattern)
         if (topics is None) == (pattern is None):
             raise UsageError("subscribe() takes either topics or pattern")
         embedding = shared.embedding

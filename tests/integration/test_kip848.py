@@ -324,3 +324,29 @@ async def test_event_log_records_consumer_protocol_heartbeats(
     beats = [line for line in lines if line["event"] == "member.heartbeat_ok"]
     assert all(b["hb_rtt_ms"] >= 0 for b in beats)
     assert {line["member_uid"] for line in lines} == {lines[0]["member_uid"]}
+
+
+async def test_subscribe_moves_the_member_to_other_topics(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """subscribe() with the consumer protocol: names to names, then to a broker-side
+    pattern, then back to names; each time the member ends up owning exactly the
+    partitions of what it subscribes to now."""
+    first, second = make_topic(2), make_topic(3)
+    cfg = consumer_config(kafka_broker, unique_group, first)
+    async with MemberGroup() as group:
+        a = await group.start(cfg)
+        await group.wait_until(lambda: covered([a], first, 2), timeout=60, what="first")
+        await a.member.subscribe([second])
+        assert a.member.subscription == (second,)
+        await group.wait_until(
+            lambda: {tp.topic for tp in a.assignment} == {second} and covered([a], second, 3),
+            timeout=60,
+            what="second",
+        )
+        await a.member.subscribe(pattern=first + "|" + second)
+        await group.wait_until(lambda: len(a.assignment) == 5, timeout=60, what="both")
+        await a.member.subscribe([first])
+        await group.wait_until(
+            lambda: {tp.topic for tp in a.assignment} == {first}, timeout=60, what="first again"
+        )

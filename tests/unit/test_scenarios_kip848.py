@@ -201,7 +201,8 @@ def test_h48_join_then_acknowledge_at_once() -> None:
     assert (r.member_id, r.member_epoch, r.rebalance_timeout_ms) == ("m-1", 0, 300_000)
     assert r.subscribed_topic_names == ("t1", "t2")
     assert r.topic_partitions == ()
-    assert r.group_id == "g" and r.instance_id is None and r.subscribed_topic_regex is None
+    assert r.group_id == "g" and r.instance_id is None
+    assert r.subscribed_topic_regex == ""  # no regex: an empty one (Kafka drops it)
     assert isinstance(h.hb(), HeartbeatWait)  # one heartbeat in flight at a time
     h.at(40)
     h.answer(join, epoch=5, assigned=assignment((T1, (0, 1))))
@@ -597,7 +598,7 @@ def test_regex_subscription_and_assignor_are_sent_on_join_only() -> None:
     h2.found()
     h2.poll()
     r = h2.send().request
-    assert r.subscribed_topic_regex == "t.*" and r.subscribed_topic_names is None
+    assert r.subscribed_topic_regex == "t.*" and r.subscribed_topic_names == ()
     assert r.server_assignor == "range"
 
 
@@ -628,3 +629,28 @@ def test_the_poll_deadline_bounds_the_lease_and_its_expiry_is_reported() -> None
     assert names.index("member.lease_expired") < names.index("member.leave_sent")
     expired = dict(h.events)["member.lease_expired"]
     assert expired["deadline"] == 60_000
+
+
+def test_subscribe_sends_the_new_subscription_at_once_and_clears_the_old_kind() -> None:
+    """A subscription change goes out in the next heartbeat, sent at once: new names; names
+    to a regex (with an empty list, which drops the names); a regex to names (with an empty
+    regex, which drops the regex). Unchanged fields stay out."""
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    assert not h.m.subscribe(("t2", "t1"), None, h.now)  # the same, in another order
+    h.at(100)
+    assert h.m.subscribe(("t1",), None, h.now)
+    r = h.send().request
+    assert (r.subscribed_topic_names, r.subscribed_topic_regex) == (("t1",), None)
+    h.answer(h.m._in_flight[0], epoch=6)  # type: ignore[index]
+    h.at(200)
+    h.m.subscribe((), "t.*", h.now)
+    r = h.send().request
+    assert (r.subscribed_topic_names, r.subscribed_topic_regex) == ((), "t.*")
+    h.answer(h.m._in_flight[0], epoch=7)  # type: ignore[index]
+    h.at(300)
+    h.m.subscribe(("t2",), None, h.now)
+    r = h.send().request
+    assert (r.subscribed_topic_names, r.subscribed_topic_regex) == (("t2",), "")
+    assert r.rebalance_timeout_ms == -1 and r.topic_partitions is None
+    assert "member.subscription_changed" in h.event_names()
