@@ -43,6 +43,7 @@ from kgroup._core._messages import (
     SyncGroupRequest,
 )
 from kgroup._core._messages_848 import ConsumerGroupHeartbeatRequest
+from kgroup._core._messages_configs import DescribeConfigsRequest
 from kgroup._core._messages_describe import ConsumerGroupDescribeRequest
 from kgroup._core._messages_metadata import NO_TOPIC_ID, MetadataRequest
 from kgroup._errors import LocalProtocolError, UnsupportedVersion
@@ -72,6 +73,7 @@ GroupRequest: TypeAlias = (
     | ConsumerGroupHeartbeatRequest
     | ConsumerGroupDescribeRequest
     | MetadataRequest
+    | DescribeConfigsRequest
 )
 
 #: The first version of each API that carries ``group_instance_id`` (KIP-345).
@@ -401,6 +403,23 @@ def to_wire(request: GroupRequest) -> WireRequest:
             )
         case MetadataRequest():
             return _metadata(request)
+        case DescribeConfigsRequest():
+            return WireRequest(
+                32,
+                {
+                    "resources": [
+                        {
+                            "resource_type": r.resource_type,
+                            "resource_name": r.resource_name,
+                            "configuration_keys": None if r.keys is None else list(r.keys),
+                        }
+                        for r in request.resources
+                    ],
+                    "include_synonyms": request.include_synonyms,
+                    "include_documentation": request.include_documentation,
+                },
+                group_id=",".join(r.resource_name for r in request.resources),
+            )
         case _:
             raise TypeError(f"not a kgroup group request: {type(request).__name__}")
 

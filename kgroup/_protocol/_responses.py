@@ -32,6 +32,7 @@ from kgroup._core._messages import (
     SyncGroupResponse,
 )
 from kgroup._core._messages_848 import ConsumerGroupHeartbeatResponse
+from kgroup._core._messages_configs import DescribeConfigsResponse
 from kgroup._core._messages_describe import ConsumerGroupDescribeResponse
 from kgroup._core._messages_metadata import MetadataResponse
 from kgroup._errors import RemoteProtocolError
@@ -41,6 +42,7 @@ from kgroup._protocol._responses_848 import (
     consumer_group_heartbeat,
     metadata,
 )
+from kgroup._protocol._schemas_configs import describe_configs
 from kgroup._protocol._versions import api_label
 
 __all__ = ["GroupResponse", "from_wire"]
@@ -58,6 +60,7 @@ GroupResponse: TypeAlias = (
     | ConsumerGroupHeartbeatResponse
     | ConsumerGroupDescribeResponse
     | MetadataResponse
+    | DescribeConfigsResponse
 )
 
 _MAX_PORT: Final = 65535
@@ -309,6 +312,7 @@ _DECODERS: Final[dict[int, Callable[[Fields, int], GroupResponse]]] = {
     14: _sync_group,
     15: _describe_groups,
     16: _list_groups,
+    32: describe_configs,
     68: consumer_group_heartbeat,
     69: consumer_group_describe,
 }

@@ -52,6 +52,7 @@ from kgroup._protocol._schemas_848 import (
     metadata_request,
     metadata_response,
 )
+from kgroup._protocol._schemas_configs import describe_configs_request, describe_configs_response
 from kgroup._protocol._versions import ALL_VERSIONS, API_NAMES, FLEXIBLE_FROM, api_label
 
 __all__ = ["REQUEST_STRUCTS"]
@@ -401,6 +402,7 @@ _SCHEMAS: Final[dict[int, _Schemas]] = {
     14: _Schemas(_sync_group_request, _sync_group_response),
     15: _Schemas(_describe_groups_request, _describe_groups_response),
     16: _Schemas(_list_groups_request, _list_groups_response),
+    32: _Schemas(describe_configs_request, describe_configs_response),
     68: _Schemas(consumer_group_heartbeat_request, consumer_group_heartbeat_response),
     69: _Schemas(consumer_group_describe_request, consumer_group_describe_response),
 }

@@ -26,6 +26,7 @@ API_NAMES: Final[dict[int, str]] = {
     14: "SyncGroup",
     15: "DescribeGroups",
     16: "ListGroups",
+    32: "DescribeConfigs",
     68: "ConsumerGroupHeartbeat",
     69: "ConsumerGroupDescribe",
 }
@@ -59,9 +60,12 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
 #: ConsumerGroupHeartbeat): ConsumerGroupHeartbeat v0-v1 (v1, with client-generated member
 #: ids, KIP-1082, is the minimum the member negotiates; v0 is defined for completeness),
 #: ConsumerGroupDescribe v0-v1, and Metadata v10-v13, the versions that answer with topic
-#: ids (v12 is the first that looks topics up by id; v13 adds a top-level error code).
+#: ids (v12 is the first that looks topics up by id; v13 adds a top-level error code), and
+#: DescribeConfigs v1-v4, which reads a group's ``consumer.session.timeout.ms`` for the
+#: lease (v0 left Kafka 4.0, KIP-896; v4 is flexible).
 CONSUMER_PROTOCOL_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     3: (10, 13),
+    32: (1, 4),
     68: (0, 1),
     69: (0, 1),
 }
@@ -84,6 +88,7 @@ FLEXIBLE_FROM: Final[dict[int, int]] = {
     14: 4,
     15: 5,
     16: 3,
+    32: 4,
     68: 0,
     69: 0,
 }
