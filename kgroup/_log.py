@@ -73,6 +73,8 @@ EventName = Literal[
     "member.listener_error",
     "member.event_hook_failed",
     "member.lease_expired",
+    "member.session_timeout_learned",
+    "member.session_timeout_unknown",
     "member.lease_proof_needed",
     "member.lease_renewed",
     "member.isolated",
@@ -257,6 +259,20 @@ EVENTS: Mapping[EventName, EventInfo] = {
         "info",
         "deadline session_deadline rebalance_deadline poll_deadline late_ms",
         "The member's lease ran out: its partitions are reported lost at the next poll().",
+    ),
+    "member.session_timeout_learned": _e(
+        "info",
+        "broker_ms session_timeout_ms",
+        "Consumer protocol: the broker's session timeout for the group was read "
+        "(DescribeConfigs); the lease uses session_timeout_ms, the smaller of it and "
+        "consumer_session_timeout_ms.",
+    ),
+    "member.session_timeout_unknown": _e(
+        "warning",
+        "error session_timeout_ms",
+        "Consumer protocol: the broker's session timeout for the group could not be read "
+        "(no DescribeConfigs, no DESCRIBE_CONFIGS permission on the group, a failure); the "
+        "lease keeps consumer_session_timeout_ms. Once per member.",
     ),
     "member.lease_proof_needed": _e(
         "info", "deadline", "An assignment waits for a heartbeat to prove the session."

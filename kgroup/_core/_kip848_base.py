@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._errors import KGroupError, LocalProtocolError
@@ -249,3 +249,28 @@ class ConsumerMemberBase:
                 return
             self._fence("lease expired")
             self._emit("member.lease_expired", deadline=until)
+
+    def learn_session_timeout(self, broker_ms: int) -> int:
+        """Take the consumer session timeout the broker applies to this group (the runtime
+        reads it with DescribeConfigs: the group's ``consumer.session.timeout.ms``, or the
+        broker's ``group.consumer.session.timeout.ms`` it falls back to).
+
+        The lease then uses the smaller of it and the bound it had (at first the configured
+        ``consumer_session_timeout_ms``): this only ever lowers the bound, so a user setting
+        can make the lease more conservative than the broker, never longer. A value that is
+        not a positive integer changes nothing. Returns the bound now in effect; lowering it
+        may end the lease at once, which the next entry point notices (check_lease).
+        """
+        before = self.settings.session_timeout_ms
+        if isinstance(broker_ms, bool) or not isinstance(broker_ms, int) or broker_ms <= 0:
+            return before
+        if broker_ms < before:
+            self.settings = replace(self.settings, session_timeout_ms=broker_ms)
+            self._signals.wake_heartbeat = True
+            self._signals.wake_poll = True
+        self._emit(
+            "member.session_timeout_learned",
+            broker_ms=broker_ms,
+            session_timeout_ms=self.settings.session_timeout_ms,
+        )
+        return self.settings.session_timeout_ms

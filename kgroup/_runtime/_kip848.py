@@ -47,6 +47,7 @@ from .._errors import (
     RemoteProtocolError,
     UsageError,
 )
+from ._group_configs import SessionTimeoutLearner
 from ._heartbeat import log_late
 from ._link import CoordinatorLink
 from ._rebalance import RebalanceDriver
@@ -112,6 +113,8 @@ class ConsumerProtocolRuntime:
         self.assignment: frozenset[TopicPartition] = frozenset()
         self._leave_sent = asyncio.Event()
         self._stopped = False
+        #: Reads the broker's session timeout for the lease (after the first answer).
+        self._session_timeout = SessionTimeoutLearner(shared, link, self._step)
 
     @property
     def joined_once(self) -> bool:
@@ -220,6 +223,8 @@ class ConsumerProtocolRuntime:
             shared.recorder.heartbeat_answered(action.sent_at, now)
         with self._step() as core:
             core.on_heartbeat_response(action, response, now)
+        if response.error_code == 0:
+            self._session_timeout.heartbeat_answered()
 
     def subscribe(self, topics: Iterable[str] | None, pattern: str | None) -> None:
         """See :meth:`kgroup.GroupMember.subscribe`: the pattern is sent to the broker,
