@@ -205,10 +205,15 @@ class GroupConfig:
       when the broker does not offer the consumer protocol, instead of failing with
       UnsupportedVersion; only before the member first joined. The classic-only settings
       are then accepted, and apply only after a fallback.
-    - ``consumer_session_timeout_ms`` (45000): the broker's consumer session timeout for
-      this group (``group.consumer.session.timeout.ms``, or the group's
-      ``consumer.session.timeout.ms``). It is not sent: the lease bounds every assignment
-      by it, so give the broker's value when it is shorter than Kafka's default.
+    - ``consumer_session_timeout_ms`` (45000): the longest consumer session timeout the
+      lease may assume for this group. It is not sent (the broker owns the session): after
+      the first heartbeat the member reads the group's ``consumer.session.timeout.ms``
+      with DescribeConfigs (the broker answers its ``group.consumer.session.timeout.ms``
+      when the group sets none) and bounds every assignment by the **smaller** of that
+      and this value, so a setting here can only make the lease more conservative. When
+      the read fails (a broker without group configs, no DESCRIBE_CONFIGS permission on
+      the group), it logs ``member.session_timeout_unknown`` once and keeps this value:
+      then give the broker's value here if it is shorter than Kafka's default.
     """
 
     bootstrap_servers: str | Sequence[str]
