@@ -293,6 +293,7 @@ class ListedGroup:
     group_id: str
     protocol_type: str
     state: str | None = None  # v4+
+    group_type: str | None = None  # v5+: classic, consumer, share, streams
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

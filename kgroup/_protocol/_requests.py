@@ -389,7 +389,7 @@ def to_wire(request: GroupRequest) -> WireRequest:
                 group_id=",".join(request.group_ids),
             )
         case ListGroupsRequest():
-            return WireRequest(16, {"states_filter": []}, group_id="")
+            return WireRequest(16, {"states_filter": [], "types_filter": []}, group_id="")
         case ConsumerGroupHeartbeatRequest():
             return _consumer_group_heartbeat(request)
         case ConsumerGroupDescribeRequest():

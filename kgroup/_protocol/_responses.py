@@ -294,6 +294,7 @@ def _list_groups(fields: Fields, version: int) -> ListGroupsResponse:
                 group_id=g.get_str("group_id"),
                 protocol_type=g.get_str("protocol_type"),
                 state=g.get_str("group_state") if version >= 4 else None,
+                group_type=g.get_str("group_type") if version >= 5 else None,
             )
             for g in fields.get_array("groups")
         ),

@@ -325,7 +325,8 @@ def _offset_fetch_response(v: int) -> Any:
 # DescribeGroups (15). v1 adds the throttle time; v3 authorized operations; v4 the members'
 # group_instance_id (KIP-345); v5 is flexible. ListGroups (16). v1 adds the throttle time;
 # v3 is flexible; v4 adds the states filter and each group's state (KIP-518). Both are for
-# ``kgroup describe`` and ``kgroup groups``.
+# ``kgroup describe`` and ``kgroup groups``. ListGroups v5 (KIP-848) adds the types filter and
+# each group's type (``classic``, ``consumer``, ``share``, ``streams``).
 
 
 def _describe_groups_request(v: int) -> Any:
@@ -367,7 +368,10 @@ def _describe_groups_response(v: int) -> Any:
 
 def _list_groups_request(v: int) -> Any:
     f = Format(flexible=v >= 3)
-    return f.struct(*since(v, 4, ("states_filter", f.array_of(f.string))))
+    return f.struct(
+        *since(v, 4, ("states_filter", f.array_of(f.string))),
+        *since(v, 5, ("types_filter", f.array_of(f.string))),
+    )
 
 
 def _list_groups_response(v: int) -> Any:
@@ -381,6 +385,7 @@ def _list_groups_response(v: int) -> Any:
                 ("group_id", f.string),
                 ("protocol_type", f.string),
                 *since(v, 4, ("group_state", f.string)),
+                *since(v, 5, ("group_type", f.string)),
             ),
         ),
     )

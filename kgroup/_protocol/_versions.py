@@ -43,6 +43,7 @@ API_NAMES: Final[dict[int, str]] = {
 #: longer has with GROUP_ID_NOT_FOUND where v8 answers ILLEGAL_GENERATION
 #: (``OffsetMetadataManager.validateOffsetCommit``, Kafka 4.4.0). OffsetFetch v9 with no
 #: member id and epoch -1 is what the broker makes of a v8 request, so every fetch uses it.
+#: ListGroups v5 (KIP-848) names each group's type (classic, consumer, share, streams).
 SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     8: (2, 9),
     9: (1, 9),
@@ -52,7 +53,7 @@ SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     13: (0, 5),
     14: (0, 5),
     15: (0, 5),
-    16: (0, 4),
+    16: (0, 5),
 }
 
 #: The APIs of the KIP-848 ``consumer`` protocol member, kept apart from the classic group
