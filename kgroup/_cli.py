@@ -1,9 +1,11 @@
 """The ``kgroup`` command line.
 
-``kgroup groups --bootstrap HOST:PORT`` lists the cluster's groups and ``kgroup describe
-GROUP --bootstrap HOST:PORT`` shows one group's state, members, assignments, committed
-offsets and lag (``--json`` for scripts). Exit codes: 0 ok, 1 the broker answered an error,
-2 bad usage or configuration, 3 no broker reachable in time, 4 no such group.
+``kgroup groups --bootstrap HOST:PORT`` lists the cluster's groups with their type and
+``kgroup describe GROUP --bootstrap HOST:PORT`` shows one group's state, members,
+assignments, committed offsets and lag (``--json`` for scripts); a KIP-848 ``consumer``
+group also shows its epochs, each member's epoch, subscription and target assignment.
+Exit codes: 0 ok, 1 the broker answered an error, 2 bad usage or configuration, 3 no broker
+reachable in time, 4 no such group.
 
 ``kgroup demo`` starts a local tansu broker on a free port (or uses ``--bootstrap``), creates
 a topic, runs three members in this process, then stops one gracefully and crashes another,
@@ -23,12 +25,16 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import structlog
 
 from ._config import GroupConfig
 from ._core._consumer_protocol import TopicPartition
 from ._runtime._member import GroupMember
+
+if TYPE_CHECKING:
+    from ._inspect import GroupDescription
 
 __all__ = ["main"]
 
@@ -282,8 +288,13 @@ def _inspect(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps([_asdict(g) for g in listing], indent=2))
             else:
-                rows: list[Sequence[object]] = [("GROUP", "STATE", "PROTOCOL-TYPE", "COORDINATOR")]
-                rows += [(g.group_id, g.state, g.protocol_type, g.coordinator) for g in listing]
+                rows: list[Sequence[object]] = [
+                    ("GROUP", "TYPE", "STATE", "PROTOCOL-TYPE", "COORDINATOR")
+                ]
+                rows += [
+                    (g.group_id, g.group_type, g.state, g.protocol_type, g.coordinator)
+                    for g in listing
+                ]
                 print(_table(rows))
             return 0
         desc = asyncio.run(
@@ -304,6 +315,9 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(desc.as_dict(), indent=2))
         return 0
+    if desc.group_type == "consumer":
+        _print_consumer_group(desc)
+        return 0
     print(
         f"GROUP {desc.group_id}  STATE {desc.state}  PROTOCOL {desc.protocol_type or '-'}/"
         f"{desc.protocol or '-'}  COORDINATOR {desc.coordinator}  MEMBERS {len(desc.members)}"
@@ -319,14 +333,54 @@ def _inspect(args: argparse.Namespace) -> int:
             )
         print()
         print(_table(rows))
+    _print_offsets(desc)
+    return 0
+
+
+def _print_offsets(desc: GroupDescription) -> None:
     if desc.offsets:
-        rows = [("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID")]
+        rows: list[Sequence[object]] = [
+            ("TOPIC", "PARTITION", "CURRENT-OFFSET", "LOG-END-OFFSET", "LAG", "MEMBER-ID")
+        ]
         rows += [
             (o.topic, o.partition, o.committed, o.log_end, o.lag, o.owner) for o in desc.offsets
         ]
         print()
         print(_table(rows))
-    return 0
+
+
+def _print_consumer_group(desc: GroupDescription) -> None:
+    """A KIP-848 ``consumer`` group: its epochs and assignor, and per member its epoch,
+    subscription, assignment and target assignment (what the coordinator wants it to own;
+    it differs while the member reconciles)."""
+    print(
+        f"GROUP {desc.group_id}  TYPE consumer  STATE {desc.state}  "
+        f"GROUP-EPOCH {desc.group_epoch}  ASSIGNMENT-EPOCH {desc.assignment_epoch}  "
+        f"ASSIGNOR {desc.protocol or '-'}  COORDINATOR {desc.coordinator}  "
+        f"MEMBERS {len(desc.members)}"
+    )
+    if desc.members:
+        rows: list[Sequence[object]] = [
+            (
+                "MEMBER-ID", "INSTANCE-ID", "RACK", "CLIENT-ID", "HOST", "EPOCH",
+                "SUBSCRIPTION", "#PARTITIONS", "ASSIGNMENT", "TARGET-ASSIGNMENT",
+            )
+        ]  # fmt: skip
+        for m in desc.members:
+            topics = ",".join(m.subscription or ())
+            if m.subscribed_topic_regex:
+                topics = ",".join(filter(None, (topics, f"/{m.subscribed_topic_regex}/")))
+            owned, target = m.assignment or (), m.target_assignment or ()
+            rows.append(
+                (
+                    m.member_id, m.group_instance_id, m.rack_id, m.client_id, m.client_host,
+                    m.member_epoch, topics or "-", len(owned), ",".join(owned) or "-",
+                    "(same)" if target == owned else ",".join(target) or "-",
+                )
+            )  # fmt: skip
+        print()
+        print(_table(rows))
+    _print_offsets(desc)
 
 
 def _asdict(value: object) -> dict[str, object]:

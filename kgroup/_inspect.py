@@ -3,11 +3,17 @@
 Like Kafka's ``kafka-consumer-groups.sh --list`` and ``--describe --members --verbose``:
 
 - :func:`list_groups` asks every broker for the groups it coordinates (ListGroups v4 gives
-  each group's state; older brokers leave it unknown).
-- :func:`describe_group` asks the group's coordinator (DescribeGroups): state, protocol
-  type and name, every member with its ids, client host and *decoded* assignment (for the
-  ``consumer`` protocol type, with kgroup's strict decoder); then the committed offsets
-  (OffsetFetch for all of the group's partitions), the log end offsets and the lag.
+  each group's state, v5 its type: ``classic``, ``consumer``, ...; older brokers leave them
+  unknown).
+- :func:`describe_group` asks the group's coordinator. A group of the KIP-848 ``consumer``
+  protocol is described by ConsumerGroupDescribe: state, group and assignment epochs,
+  assignor, and every member with its ids, rack, client, member epoch, subscription,
+  assignment and target assignment (topics named by the broker). Any other group (the
+  broker answers GROUP_ID_NOT_FOUND, or has no ConsumerGroupDescribe) by DescribeGroups:
+  state, protocol type and name, every member with its ids, client host and *decoded*
+  assignment (for the ``consumer`` protocol type, with kgroup's strict decoder). Then, for
+  both, the committed offsets (OffsetFetch for all of the group's partitions), the log end
+  offsets and the lag.
 
 The group APIs go over kgroup's own connections and wire layer; log end offsets come from
 an aiokafka consumer without a group (ListOffsets). Every connection is closed on return.
@@ -16,7 +22,8 @@ an aiokafka consumer without a group (ListOffsets). Every connection is closed o
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,11 +43,20 @@ from ._core._messages import (
     OffsetFetchRequest,
     OffsetFetchResponse,
 )
+from ._core._messages_describe import (
+    MEMBER_TYPE_CLASSIC,
+    MEMBER_TYPE_CONSUMER,
+    ConsumerGroupDescribeRequest,
+    ConsumerGroupDescribeResponse,
+    DescribedConsumerGroup,
+    DescribedTopicPartitions,
+)
 from ._errors import (
     CoordinatorError,
     ErrorCode,
     KGroupError,
     RemoteProtocolError,
+    UnsupportedVersion,
 )
 from ._runtime._connection import BrokerConnection, Cluster
 from ._runtime._security import connection_kwargs
@@ -80,6 +96,8 @@ class GroupListing:
     protocol_type: str
     state: str | None
     coordinator: str
+    #: ListGroups v5+: "classic", "consumer" (KIP-848), "share", "streams"; None below.
+    group_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +107,15 @@ class MemberDescription:
     client_id: str
     client_host: str
     assignment: tuple[str, ...] | None  # decoded ("topic-p"); None when not decodable
-    assignment_bytes: int
+    assignment_bytes: int  # classic groups; 0 in a consumer-protocol group
+    # Consumer-protocol groups only (ConsumerGroupDescribe); None in a classic group.
+    rack_id: str | None = None
+    member_epoch: int | None = None
+    subscription: tuple[str, ...] | None = None  # topic names
+    subscribed_topic_regex: str | None = None
+    target_assignment: tuple[str, ...] | None = None  # what the coordinator wants it to own
+    #: "consumer", or "classic" for a classic member of a consumer-protocol group (v1+).
+    member_type: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,10 +133,14 @@ class GroupDescription:
     group_id: str
     state: str
     protocol_type: str
-    protocol: str
+    protocol: str  # the classic protocol name, or a consumer-protocol group's assignor
     coordinator: str
     members: tuple[MemberDescription, ...] = ()
     offsets: tuple[PartitionOffsets, ...] = field(default=())
+    group_type: str = "classic"  # or "consumer" (KIP-848)
+    # Consumer-protocol groups only; None in a classic group.
+    group_epoch: int | None = None
+    assignment_epoch: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The ``--json`` schema (README, "Group inspection")."""
@@ -177,7 +207,9 @@ async def list_groups(
                         response.error_code,
                     )
                 listings.extend(
-                    GroupListing(g.group_id, g.protocol_type, g.state, f"{host}:{port}")
+                    GroupListing(
+                        g.group_id, g.protocol_type, g.state, f"{host}:{port}", g.group_type
+                    )
                     for g in response.groups
                 )
     except TimeoutError:
@@ -254,16 +286,21 @@ async def describe_group(
             where = f"{found.host}:{found.port}"
             conn = await _open(cfg, found.host, found.port, timeout_ms)
             try:
-                described: DescribeGroupsResponse = await conn.request(
-                    DescribeGroupsRequest(group_ids=(group_id,)), timeout_ms
-                )
+                consumer = await _consumer_group(conn, group_id, timeout_ms)
+                if consumer is None:
+                    described: DescribeGroupsResponse = await conn.request(
+                        DescribeGroupsRequest(group_ids=(group_id,)), timeout_ms
+                    )
                 fetched: OffsetFetchResponse = await conn.request(
                     OffsetFetchRequest(group_id=group_id, partitions=None, require_stable=False),
                     timeout_ms,
                 )
             finally:
                 await conn.aclose()
-            description = _describe(group_id, where, described, fetched)
+            if consumer is None:
+                description = _describe(group_id, where, described, fetched)
+            else:
+                description = _describe_consumer(where, consumer, fetched)
             if description.offsets:
                 tps = [TopicPartition(o.topic, o.partition) for o in description.offsets]
                 ends = await _log_end_offsets(cfg, tps, timeout_ms)
@@ -319,16 +356,7 @@ def _describe(
         for m in group.members
     )
     owners = {tp: member for member, tps in decoded.items() for tp in tps or ()}
-    committed: dict[TopicPartition, int | None] = dict.fromkeys(owners)
-    if fetched.error_code == 0:
-        for p in fetched.partitions:
-            if p.error_code == 0:
-                tp = TopicPartition(p.topic, p.partition)
-                committed[tp] = p.offset if p.offset >= 0 else None
-    offsets = tuple(
-        PartitionOffsets(tp.topic, tp.partition, off, None, None, owners.get(tp))
-        for tp, off in sorted(committed.items())
-    )
+    offsets = _offset_rows(owners, owners, fetched)
     return GroupDescription(
         group_id=group.group_id,
         state=group.state,
@@ -340,18 +368,125 @@ def _describe(
     )
 
 
+def _offset_rows(
+    owners: Mapping[TopicPartition, str],
+    partitions: Iterable[TopicPartition],
+    fetched: OffsetFetchResponse,
+) -> tuple[PartitionOffsets, ...]:
+    """One row per partition of ``partitions`` and per partition with a committed offset,
+    sorted, with its committed offset and its owner; the log end and lag come later."""
+    committed: dict[TopicPartition, int | None] = dict.fromkeys(partitions)
+    if fetched.error_code == 0:
+        for p in fetched.partitions:
+            if p.error_code == 0:
+                tp = TopicPartition(p.topic, p.partition)
+                committed[tp] = p.offset if p.offset >= 0 else None
+    return tuple(
+        PartitionOffsets(tp.topic, tp.partition, off, None, None, owners.get(tp))
+        for tp, off in sorted(committed.items())
+    )
+
+
+#: How a consumer-protocol group's members speak (ConsumerGroupDescribe v1, KIP-1099).
+_MEMBER_TYPES = {MEMBER_TYPE_CONSUMER: "consumer", MEMBER_TYPE_CLASSIC: "classic"}
+
+#: Answers to ConsumerGroupDescribe that mean "not a consumer-protocol group here": a
+#: classic group or none (GROUP_ID_NOT_FOUND, "Group g is not a consumer group." or "Group
+#: g not found."), or a broker whose consumer protocol is off.
+_NOT_A_CONSUMER_GROUP = (ErrorCode.GROUP_ID_NOT_FOUND, ErrorCode.UNSUPPORTED_VERSION)
+
+
+async def _consumer_group(
+    conn: BrokerConnection, group_id: str, timeout_ms: int
+) -> DescribedConsumerGroup | None:
+    """The group as ConsumerGroupDescribe (key 69) describes it; None when it is no
+    consumer-protocol group, or the coordinator cannot have one (no ConsumerGroupHeartbeat:
+    Kafka before 3.7, tansu, which offers ConsumerGroupDescribe v0 all the same and
+    answers "Empty" for any group id): the classic DescribeGroups describes it then (a
+    consumer-protocol group reads as Dead there)."""
+    versions = conn.api_versions
+    if 68 not in versions or 69 not in versions:
+        return None
+    try:
+        response: ConsumerGroupDescribeResponse = await conn.request(
+            ConsumerGroupDescribeRequest(group_ids=(group_id,)), timeout_ms
+        )
+    except UnsupportedVersion:
+        return None
+    group = next((g for g in response.groups if g.group_id == group_id), None)
+    if group is None:
+        raise InspectError(f"ConsumerGroupDescribe did not answer for group {group_id!r}")
+    if group.error_code in _NOT_A_CONSUMER_GROUP:
+        return None
+    if group.error_code:
+        detail = f": {group.error_message}" if group.error_message else ""
+        raise InspectError(
+            f"ConsumerGroupDescribe for group {group_id!r}: "
+            f"{ErrorCode.describe(group.error_code)}{detail}",
+            group.error_code,
+        )
+    return group
+
+
+def _named(assignment: Iterable[DescribedTopicPartitions]) -> tuple[TopicPartition, ...]:
+    """A described assignment's partitions, sorted (a topic the broker cannot name any more
+    keeps its id)."""
+    return tuple(
+        sorted(
+            TopicPartition(t.topic_name or str(t.topic_id), p)
+            for t in assignment
+            for p in t.partitions
+        )
+    )
+
+
+def _describe_consumer(
+    where: str, group: DescribedConsumerGroup, fetched: OffsetFetchResponse
+) -> GroupDescription:
+    """A consumer-protocol group: members from ConsumerGroupDescribe, the owner of each
+    partition from the members' current assignments, and a row for every partition owned,
+    in a target assignment or with a committed offset."""
+    if group.state == "Dead":
+        raise GroupNotFound(f"group {group.group_id!r} does not exist")
+    owned = {m.member_id: _named(m.assignment) for m in group.members}
+    targets = {m.member_id: _named(m.target_assignment) for m in group.members}
+    members = tuple(
+        MemberDescription(
+            member_id=m.member_id,
+            group_instance_id=m.instance_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            assignment=tuple(str(tp) for tp in owned[m.member_id]),
+            assignment_bytes=0,
+            rack_id=m.rack_id,
+            member_epoch=m.member_epoch,
+            subscription=m.subscribed_topic_names,
+            subscribed_topic_regex=m.subscribed_topic_regex or None,  # Kafka sends "" for none
+            target_assignment=tuple(str(tp) for tp in targets[m.member_id]),
+            member_type=_MEMBER_TYPES.get(m.member_type),
+        )
+        for m in group.members
+    )
+    owners = {tp: member for member, tps in owned.items() for tp in tps}
+    wanted = set(owners) | {tp for tps in targets.values() for tp in tps}
+    return GroupDescription(
+        group_id=group.group_id,
+        state=group.state,
+        protocol_type="consumer",
+        protocol=group.assignor_name,
+        coordinator=where,
+        members=members,
+        offsets=_offset_rows(owners, wanted, fetched),
+        group_type="consumer",
+        group_epoch=group.group_epoch,
+        assignment_epoch=group.assignment_epoch,
+    )
+
+
 def _with_lag(description: GroupDescription, ends: dict[TopicPartition, int]) -> GroupDescription:
     rows = []
     for o in description.offsets:
         end = ends.get(TopicPartition(o.topic, o.partition))
         lag = None if end is None or o.committed is None else max(0, end - o.committed)
         rows.append(PartitionOffsets(o.topic, o.partition, o.committed, end, lag, o.owner))
-    return GroupDescription(
-        group_id=description.group_id,
-        state=description.state,
-        protocol_type=description.protocol_type,
-        protocol=description.protocol,
-        coordinator=description.coordinator,
-        members=description.members,
-        offsets=tuple(rows),
-    )
+    return dataclasses.replace(description, offsets=tuple(rows))
