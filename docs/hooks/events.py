@@ -158,8 +158,9 @@ FIELD_DOCS: dict[str, tuple[str, str]] = {
     ),
     "consumer_session_timeout_ms": (
         "(kgroup)",
-        "The broker's consumer session timeout for this group (not sent): the lease of a "
-        "consumer-protocol member is bounded by it.",
+        "The longest consumer session timeout the lease may assume (not sent). The member "
+        "reads the group's from the broker (DescribeConfigs) and uses the smaller of the "
+        "two; this value stays when it cannot.",
     ),
     "sasl_password": (
         "sasl.password",
