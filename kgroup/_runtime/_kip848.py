@@ -338,13 +338,22 @@ class ConsumerProtocolRuntime:
             core.topics_resolved(names, shared.now())
 
     async def _names(self, ids: frozenset[uuid.UUID]) -> Mapping[uuid.UUID, str]:
-        from ._topic_ids import resolve_topic_ids
+        """Names for ``ids``: first from Metadata for the subscribed topics by name (any
+        broker with Metadata v10+), then, for ids still unknown (a regex subscription, or
+        a topic just renamed into the subscription), by id (v12+)."""
+        from ._topic_ids import resolve_topic_ids, topic_ids_by_name
 
+        timeout_ms = self._shared.config.request_timeout_ms
         conn = await self._link.connection()
-        found = await resolve_topic_ids(
-            conn, ids, timeout_ms=self._shared.config.request_timeout_ms
-        )
-        return {tid: topic.name for tid, topic in found.resolved.items()}
+        names: dict[uuid.UUID, str] = {}
+        if self.core.topics:
+            found = await topic_ids_by_name(conn, self.core.topics, timeout_ms=timeout_ms)
+            names = {tid: name for tid, name in found.items() if tid in ids}
+        missing = ids - names.keys()
+        if missing:
+            by_id = await resolve_topic_ids(conn, missing, timeout_ms=timeout_ms)
+            names.update((tid, topic.name) for tid, topic in by_id.resolved.items())
+        return names
 
     # -- close -----------------------------------------------------------------------------
 

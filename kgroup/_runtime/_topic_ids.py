@@ -15,10 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .._core._messages_metadata import MetadataRequest, MetadataResponse
+from .._core._messages_metadata import NO_TOPIC_ID, MetadataRequest, MetadataResponse
 from .._errors import RemoteProtocolError
 
-__all__ = ["ResolvedTopic", "TopicIdResolution", "resolve_topic_ids"]
+__all__ = ["ResolvedTopic", "TopicIdResolution", "resolve_topic_ids", "topic_ids_by_name"]
 
 
 class _Requester(Protocol):
@@ -75,3 +75,24 @@ async def resolve_topic_ids(
         if topic_id not in resolved and topic_id not in unresolved:
             unresolved[topic_id] = response.error_code
     return TopicIdResolution(resolved=resolved, unresolved=unresolved)
+
+
+async def topic_ids_by_name(
+    conn: _Requester, names: Iterable[str], *, timeout_ms: float
+) -> dict[uuid.UUID, str]:
+    """The ids of the topics ``names`` (those the broker knows), from one Metadata request
+    by name (v10+, whose answer carries topic ids). A member resolves its assignment this
+    way first: it names the topics it subscribes to, so no lookup by id (v12+) is needed
+    for them, and a broker that answers v12+ badly (librdkafka's mock cluster) is served
+    at a lower version."""
+    wanted = tuple(dict.fromkeys(names))
+    if not wanted:
+        return {}
+    response = await conn.request(MetadataRequest(topics=wanted), timeout_ms)
+    if not isinstance(response, MetadataResponse):
+        raise RemoteProtocolError(f"Metadata answered with {type(response).__name__}")
+    return {
+        topic.topic_id: topic.name
+        for topic in response.topics
+        if topic.error_code == 0 and topic.name and topic.topic_id != NO_TOPIC_ID
+    }
