@@ -35,6 +35,7 @@ Level = Literal["debug", "info", "warning", "error"]
 
 EventName = Literal[
     "member.state_changed",
+    "member.reconcile_interrupted",
     "member.protocol_fallback",
     "member.fenced",
     "member.assignment_received",
@@ -127,6 +128,12 @@ def _e(level: Level, fields: str, summary: str) -> EventInfo:
 
 
 EVENTS: Mapping[EventName, EventInfo] = {
+    "member.reconcile_interrupted": _e(
+        "warning",
+        "owned",
+        "Consumer protocol: poll() was cancelled during a reconciliation; the next poll() "
+        "goes on from what the member holds.",
+    ),
     "member.protocol_fallback": _e(
         "warning",
         "reason",

@@ -114,6 +114,8 @@ class ConsumerMemberBase:
         # it plus the broker's session timeout; a revoke is due within the rebalance
         # timeout of the heartbeat whose answer asked for it.
         self._session_proof: float | None = None
+        #: Set when the lease ended early (fenced, poll timer); cleared by a new join.
+        self._lease_ended = False
         self._revoke_deadline: float | None = None
         self._in_flight: tuple[SendConsumerHeartbeat, int, SentFields] | None = None
         #: The epoch of the next leave heartbeat, and whether the member is STALE after it
@@ -174,10 +176,12 @@ class ConsumerMemberBase:
         self._assigned_since_join = False
         self._revoke_deadline = None
         self._hb_retry_at = 0.0
+        self._lease_ended = False
 
-    def _fence(self, reason: str) -> None:
+    def _fence(self, reason: str, now: float) -> None:
         """Fenced (§10.7), or the lease ran out: the partitions are lost; the poll driver
         releases them, then the member rejoins."""
+        self._end_lease(now)
         self._set_state(S.FENCED, reason)
         self.member_epoch = 0
         self.target = None
@@ -227,7 +231,7 @@ class ConsumerMemberBase:
         a pending revoke's deadline, and the poll deadline."""
         if not self.owned:
             return None
-        if self.state not in IN_GROUP or self._lost_reason is not None:
+        if self.state not in IN_GROUP or self._lost_reason is not None or self._lease_ended:
             return float("-inf")
         if self._session_proof is None:
             return float("-inf")
@@ -245,10 +249,19 @@ class ConsumerMemberBase:
         until = self.valid_until
         if until is not None and now >= until and self.state in IN_GROUP:
             if self.state is S.PREPARE_LEAVING:
+                self._end_lease(now)
                 self.member_epoch = 0  # the leave goes on, without a leave heartbeat
                 return
-            self._fence("lease expired")
-            self._emit("member.lease_expired", deadline=until)
+            self._fence("lease expired", now)
+
+    def _end_lease(self, now: float) -> None:
+        """The member stops trusting what it owns, now or at its lease deadline if that came
+        first: report that time (``member.lease_expired``), so that whoever watches the
+        holds ends them there, and not only when the loss is released in a later poll."""
+        until = self.valid_until
+        if until is not None and until != float("-inf"):
+            self._emit("member.lease_expired", deadline=min(until, now))
+        self._lease_ended = True
 
     def learn_session_timeout(self, broker_ms: int) -> int:
         """Take the consumer session timeout the broker applies to this group (the runtime

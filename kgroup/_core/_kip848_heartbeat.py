@@ -132,7 +132,10 @@ class HeartbeatDriver(ConsumerMemberBase):
         self.check_lease(now)
         leaving_unheard = self.state is S.PREPARE_LEAVING and self.member_epoch <= 0
         if self.state in _NO_HEARTBEAT or leaving_unheard:
-            return HeartbeatIdle(self.valid_until if self.owned else None)
+            # Woken at the lease deadline only while it is still ahead (a past one, or the
+            # minus infinity of a member that stopped trusting its partitions, is no wait).
+            lease = self.valid_until
+            return HeartbeatIdle(lease if lease is not None and lease > now else None)
         if self.coordinator is None:
             if self.state is S.LEAVING:
                 # No coordinator to tell: the leave is given up (§10.6), its session will end.
@@ -163,8 +166,7 @@ class HeartbeatDriver(ConsumerMemberBase):
             self._start_joining("polled again after the poll timer expired")
 
     def _poll_timer_expired(self, now: float) -> None:
-        if self.owned:
-            self._emit("member.lease_expired", deadline=self._poll_deadline)
+        self._end_lease(now)
         self._emit("member.poll_timeout", max_poll_interval_ms=self.settings.max_poll_interval_ms)
         self._leave_epoch = self.settings.poll_timeout_leave_epoch
         self._stale_after_leave = True
@@ -224,7 +226,13 @@ class HeartbeatDriver(ConsumerMemberBase):
             subscribed_topic_names=fields.topics if changed("topics") else None,
             subscribed_topic_regex=fields.topic_regex if changed("topic_regex") else None,
             server_assignor=fields.server_assignor if changed("server_assignor") else None,
-            topic_partitions=by_topic(fields.owned) if changed("owned") else None,
+            # An acknowledgement always reports what the member owns: the broker moves a
+            # member past a revocation only on a heartbeat that carries its partitions.
+            topic_partitions=(
+                by_topic(fields.owned)
+                if changed("owned") or self.state is S.ACKNOWLEDGING
+                else None
+            ),
         )
         return req, fields
 
@@ -322,7 +330,7 @@ class HeartbeatDriver(ConsumerMemberBase):
             if self.state is S.PREPARE_LEAVING:
                 self.member_epoch = 0  # the leave goes on, without a leave heartbeat
             else:
-                self._fence(f"heartbeat answered {ErrorCode.describe(code)}")
+                self._fence(f"heartbeat answered {ErrorCode.describe(code)}", now)
         elif reaction is R.UNRELEASED_INSTANCE:
             if self._unreleased_since is None:
                 self._unreleased_since = now

@@ -62,7 +62,7 @@ class PollDriver(ConsumerMemberBase):
             return PollIdle()
         if self.state is S.RECONCILING and self._reconciling is None:
             return self._reconcile(now)
-        return PollIdle(self._resolve_at if self._unresolved() else None)
+        return PollIdle(self._resolve_wake(now))
 
     def poll_work_pending(self) -> bool:
         """Whether ``poll()`` has something to do or raise now."""
@@ -73,6 +73,14 @@ class PollDriver(ConsumerMemberBase):
     def rebalance_pending(self) -> bool:
         """Whether the member is joining, converging on a new target, or must rejoin."""
         return self.poll_work_pending() or self.state in (S.JOINING, S.FENCED, S.STALE)
+
+    def _resolve_wake(self, now: float) -> float | None:
+        """When ``poll()`` must look again for a topic lookup: the retry time, if the
+        member is reconciling, ids are still unresolved and that time is ahead (never a
+        time already past, which would make ``poll()`` spin)."""
+        if self.state is S.RECONCILING and self._unresolved() and self._resolve_at > now:
+            return self._resolve_at
+        return None
 
     # -- reconciliation --------------------------------------------------------------------
 
@@ -91,7 +99,7 @@ class PollDriver(ConsumerMemberBase):
         if resolvable == self.owned and self._assigned_since_join:
             acknowledged = self._sent is not None and self._sent.owned == self.owned
             if unresolved and acknowledged:
-                return PollIdle(self._resolve_at)  # nothing new to report until resolved
+                return PollIdle(self._resolve_wake(now))  # nothing new until resolved
             self._set_state(S.ACKNOWLEDGING, "target already owned")
             return PollIdle()
         self._token += 1
@@ -122,6 +130,17 @@ class PollDriver(ConsumerMemberBase):
             self._assigned_since_join = True
             self._set_state(S.ACKNOWLEDGING, "reconciled")
             self._emit("member.reconciled", owned=len(self.owned))
+        self._signals.wake_poll = True
+
+    def reconcile_interrupted(self, action: Reconcile, *, installed: bool) -> None:
+        """The runtime stopped ``action`` part-way (its ``poll()`` was cancelled): it holds
+        ``action.owned_after`` if it ``installed`` the new set, else only what it kept.
+        Not acknowledged; the next ``poll()`` reconciles again from there."""
+        if self._reconciling is not action:
+            return
+        self._reconciling = None
+        self._hold(action.owned_after if installed else self.owned & action.owned_after)
+        self._emit("member.reconcile_interrupted", owned=len(self.owned))
         self._signals.wake_poll = True
 
     def _hold(self, owned: frozenset[IdPartition]) -> None:

@@ -291,17 +291,7 @@ class ConsumerProtocolRuntime:
             case RaiseError(error=error):
                 raise error
             case Reconcile():
-                calls = []
-                if action.revoked:
-                    calls.append(ListenerCall("on_partitions_revoked", action.revoked))
-                calls.append(ListenerCall("on_partitions_assigned", action.assigned))
-                self.assignment = self.assignment - action.revoked
-                await self._rebalance.run_calls((calls[0],), errors)
-                if len(calls) == 2:
-                    await self._rebalance.run_calls((calls[1],), errors)
-                self.assignment = (self.assignment - action.revoked) | action.assigned
-                with self._step() as core:
-                    core.reconciled(action, shared.now())
+                await self._reconcile(action, errors)
                 return True
             case ReleaseLost(partitions=partitions):
                 self.assignment = frozenset()
@@ -324,6 +314,28 @@ class ConsumerProtocolRuntime:
                 await self._resolve(ids)
                 return False
         raise AssertionError(f"unexpected poll action {action!r}")
+
+    async def _reconcile(self, action: Reconcile, errors: list[ListenerError]) -> None:
+        """Revoke, install, assign (§10.5 steps 5-6), then report. A ``poll()`` cancelled
+        in the middle reports what the member holds by then, so the next ``poll()`` (or
+        close()) goes on from there; a revoke callback cut short is reported as lost at the
+        next callback run (RebalanceDriver.run_calls)."""
+        installed = False
+        try:
+            self.assignment = self.assignment - action.revoked
+            if action.revoked:
+                call = ListenerCall("on_partitions_revoked", action.revoked)
+                await self._rebalance.run_calls((call,), errors)
+            self.assignment = self.assignment | action.assigned
+            installed = True
+            call = ListenerCall("on_partitions_assigned", action.assigned)
+            await self._rebalance.run_calls((call,), errors)
+        except BaseException:
+            with self._step() as core:
+                core.reconcile_interrupted(action, installed=installed)
+            raise
+        with self._step() as core:
+            core.reconciled(action, self._shared.now())
 
     async def _resolve(self, ids: frozenset[uuid.UUID]) -> None:
         shared = self._shared

@@ -29,7 +29,7 @@ from kgroup._core._kip848_actions import (
 )
 from kgroup._core._kip848_member import ConsumerProtocolMember
 from kgroup._core._kip848_reactions import HEARTBEAT_REACTIONS, HeartbeatReaction
-from kgroup._core._kip848_state import ConsumerProtocolSettings, ConsumerState
+from kgroup._core._kip848_state import ConsumerProtocolSettings, ConsumerState, IdPartition
 from kgroup._core._messages import FindCoordinatorResponse
 from kgroup._core._messages_848 import ConsumerGroupHeartbeatResponse, TopicIdPartitions
 from kgroup._errors import (
@@ -654,3 +654,95 @@ def test_subscribe_sends_the_new_subscription_at_once_and_clears_the_old_kind() 
     assert (r.subscribed_topic_names, r.subscribed_topic_regex) == (("t2",), "")
     assert r.rebalance_timeout_ms == -1 and r.topic_partitions is None
     assert "member.subscription_changed" in h.event_names()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bugs the simulation found (seeds with --flavor consumer)
+# ---------------------------------------------------------------------------------------------
+
+
+def test_fenced_member_heartbeat_idle_is_not_a_past_deadline() -> None:
+    """A fenced member still holding partitions parks its heartbeat task (no deadline):
+    HeartbeatIdle(-inf) made the task spin."""
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    h.answer(h.send(), code=E.FENCED_MEMBER_EPOCH)
+    idle = h.hb()
+    assert isinstance(idle, HeartbeatIdle) and idle.until is None
+
+
+def test_a_fencing_ends_the_lease_at_once_and_says_when() -> None:
+    """Seeds 82, 96, 116: a fenced answer (or the poll timer) ends the lease now, or at its
+    deadline if that passed already, and ``member.lease_expired`` says so, before the loss
+    is released in a later poll."""
+    h = Harness(settings={"session_timeout_ms": 45_000})
+    ack = h.joined()
+    h.answer(ack, epoch=5)
+    h.at(5_000)
+    hb = h.send()
+    h.at(50_000)  # the answer comes after the session bound (0 + 45 s) passed
+    h.answer(hb, code=E.FENCED_MEMBER_EPOCH)
+    expired = [f for e, f in h.events if e == "member.lease_expired"]
+    assert [f["deadline"] for f in expired] == [45_000]
+    h.poll()  # the loss is released; no second report
+    assert len([e for e, _ in h.events if e == "member.lease_expired"]) == 1
+
+
+def test_an_acknowledgement_always_carries_the_owned_partitions() -> None:
+    """Seed 293: after 'target already owned' the acknowledgement carries TopicPartitions
+    even when they equal the last ones sent: the broker moves a member past a revocation
+    only on a heartbeat that reports its partitions."""
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    h.answer(h.send(), epoch=6, assigned=assignment((T1, (0,))))
+    action = h.m.poll_action(h.now)
+    assert isinstance(action, Reconcile)
+    h.m.reconciled(action, h.now)
+    ack = h.send()
+    assert ack.request.topic_partitions == assignment((T1, (0,)))
+    h.answer(ack, epoch=6)
+    # RECONCILING with a target the member already owns, and that it already reported (how
+    # a reconciliation interrupted after its install, or a target repeated at a new epoch,
+    # leaves it): it acknowledges, and the acknowledgement carries the partitions.
+    h.m._set_state(S.RECONCILING, "test: a target already owned")
+    assert isinstance(h.m.poll_action(h.now), PollIdle)
+    assert h.state() is S.ACKNOWLEDGING
+    assert h.send().request.topic_partitions == assignment((T1, (0,)))
+
+
+def test_poll_idle_never_names_a_past_time() -> None:
+    """Seed 73: with a topic id unresolved and the retry time past, poll_action named that
+    past time outside RECONCILING, and poll() spun on it."""
+    h = Harness(metadata={T1: "t1"})
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=3, assigned=assignment((T1, (0,)), (T2, (0,))))
+    h.poll()
+    assert h.state() is S.ACKNOWLEDGING  # t2 unresolved, its retry at 1 000
+    h.at(5_000)
+    idle = h.m.poll_action(h.now)
+    assert isinstance(idle, PollIdle) and (idle.until is None or idle.until > h.now)
+
+
+def test_an_interrupted_reconciliation_goes_on_at_the_next_poll_and_close() -> None:
+    """A poll() cancelled during a reconciliation's callbacks reports what the runtime
+    holds; close() then releases and leaves instead of waiting for a reconciliation that
+    will never report (the simulation's hang)."""
+    h = Harness()
+    h.answer(h.joined(), epoch=5)
+    h.at(5_000)
+    h.answer(h.send(), epoch=6, assigned=assignment((T1, (1, 2))))
+    action = h.m.poll_action(h.now)
+    assert isinstance(action, Reconcile)
+    h.m.reconcile_interrupted(action, installed=False)  # cut short in the revoke callback
+    assert h.m.owned == frozenset({IdPartition(T1, 1)})
+    assert h.state() is S.RECONCILING
+    again = h.m.poll_action(h.now)
+    assert isinstance(again, Reconcile) and again.assigned == tp("t1", 2)
+    h.m.reconcile_interrupted(again, installed=True)
+    h.m.leave(h.now)
+    h.drain()
+    assert h.calls[-1] == ("revoked", tp("t1", 1, 2))
+    assert h.state() is S.LEAVING
