@@ -9,17 +9,21 @@ group configs), and kgroup's members are told the same session
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from kgroup import GroupConfig
+from kgroup import GroupConfig, TopicPartition
 from kgroup.testing import (
+    JavaMember,
     KafkaBroker,
     MemberGroup,
     MemberRunner,
+    OwnershipLog,
     covered,
     describe_group_configs,
     set_consumer_group_timeouts,
@@ -118,3 +122,175 @@ async def test_crashed_member_loses_its_partitions_after_the_session(
         assert SESSION_MS / 1000 - 2 * HEARTBEAT_MS / 1000 <= took <= SESSION_MS / 1000 + 5.0
         assert taken <= a.assignment
         assert lost_events(a) == [] and a.errors == []
+
+
+# -- 3. one group: kgroup, Kafka's Java client and librdkafka ----------------------------------
+
+
+class ConfluentMember:
+    """A confluent-kafka (librdkafka) consumer on the consumer protocol, polled in a thread of
+    its own. Its rebalance callbacks (incremental under KIP-848) keep :attr:`assignment` and
+    record holds on ``time.monotonic()``: assigned at the start of ``on_assign``, revoked at
+    the end of ``on_revoke``, lost at the start of ``on_lost``."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str, name: str) -> None:
+        self.name = name
+        self.topic = topic
+        self.conf = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": name,
+            "group.protocol": "consumer",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+        self.assignment: frozenset[TopicPartition] = frozenset()
+        #: (monotonic time, "assigned" / "revoked" / "lost", partitions)
+        self.holds: list[tuple[float, str, frozenset[TopicPartition]]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"confluent-{name}", daemon=True)
+
+    def start(self) -> ConfluentMember:
+        self._thread.start()
+        return self
+
+    def _parts(self, parts: list[Any]) -> frozenset[TopicPartition]:
+        return frozenset(TopicPartition(tp.topic, tp.partition) for tp in parts)
+
+    def _on_assign(self, consumer: Any, parts: list[Any]) -> None:
+        mine = self._parts(parts)
+        self.holds.append((time.monotonic(), "assigned", mine))
+        consumer.incremental_assign(parts)
+        self.assignment = self.assignment | mine
+
+    def _on_revoke(self, consumer: Any, parts: list[Any]) -> None:
+        mine = self._parts(parts)
+        consumer.incremental_unassign(parts)
+        self.assignment = self.assignment - mine
+        self.holds.append((time.monotonic(), "revoked", mine))
+
+    def _on_lost(self, consumer: Any, parts: list[Any]) -> None:
+        mine = self._parts(parts)
+        self.holds.append((time.monotonic(), "lost", mine))
+        consumer.incremental_unassign(parts)
+        self.assignment = self.assignment - mine
+
+    def _run(self) -> None:
+        from confluent_kafka import Consumer
+
+        consumer = Consumer(self.conf)
+        consumer.subscribe(
+            [self.topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )  # fmt: skip
+        try:
+            while not self._stop.is_set():
+                message = consumer.poll(0.1)
+                if message is not None and message.error() is not None:
+                    self.errors.append(str(message.error()))
+        finally:
+            consumer.close()  # revoke callback, then the leave heartbeat
+
+    async def close(self) -> None:
+        self._stop.set()
+        await asyncio.to_thread(self._thread.join, 30)
+
+    def record_into(self, ownership: OwnershipLog) -> None:
+        for at, kind, parts in self.holds:
+            if kind == "assigned":
+                ownership.assigned(self.name, parts, 0, at)
+            elif kind == "revoked":
+                ownership.revoked(self.name, parts, at)
+            else:
+                ownership.lost(self.name, parts, at)
+
+
+def java_into(java: JavaMember, ownership: OwnershipLog, name: str = "java") -> None:
+    """The Java member's holds: its events carry ``t`` on the clock of time.monotonic()
+    (assigned: the callback's start; revoked: its end; lost: its start)."""
+    for event in java.events:
+        kind = event.get("event")
+        parts = frozenset(TopicPartition(str(t), int(p)) for t, p in event.get("partitions", ()))
+        at = float(event.get("t", 0.0))
+        if kind == "assigned":
+            ownership.assigned(name, parts, int(event.get("generation", 0)), at)
+        elif kind == "revoked":
+            ownership.revoked(name, parts, at)
+        elif kind == "lost":
+            ownership.lost(name, parts, at)
+
+
+def exactly_once(
+    runners: list[MemberRunner], others: list[frozenset[TopicPartition]], topic: str, n: int
+) -> bool:
+    """Every kgroup member STABLE, every member (kgroup or not) holds something, and
+    together they hold each partition of ``topic`` exactly once, by their own reports."""
+    held = [r.assignment for r in runners] + others
+    if not all(r.stable for r in runners) or not all(held):
+        return False
+    flat = [tp for part in held for tp in part]
+    return len(flat) == len(set(flat)) == n and set(flat) == {
+        TopicPartition(topic, p) for p in range(n)
+    }
+
+
+def java_parts(java: JavaMember) -> frozenset[TopicPartition]:
+    return frozenset(TopicPartition(t, p) for t, p in java.assignment)
+
+
+async def test_mixed_group_of_kgroup_java_and_librdkafka_covers_exactly_once(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """kgroup, Kafka's Java KafkaConsumer and librdkafka (confluent-kafka), all on the
+    consumer protocol in one group: start (3 members), scale-out (a second kgroup member),
+    scale-in (librdkafka closes), a crash (the Java JVM is SIGKILLed; its partitions move
+    after the group's 3 s session). At each stable point the six partitions are held exactly
+    once; across the whole run no partition had two holders at once."""
+    topic, n = make_topic(6), 6
+    await short_session(kafka_broker, unique_group)
+    cfg = consumer_config(kafka_broker, unique_group, topic)
+    java = JavaMember(
+        kafka_broker.bootstrap, unique_group, topic, protocol="consumer", client_id="java"
+    )
+    rdk = ConfluentMember(kafka_broker.bootstrap, unique_group, topic, "librdkafka")
+    async with MemberGroup() as group:
+        try:
+            a = await group.start(cfg)
+            await java.start()
+            rdk.start()
+            await group.wait_until(
+                lambda: exactly_once([a], [java_parts(java), rdk.assignment], topic, n),
+                timeout=60,
+                what="kgroup + java + librdkafka",
+            )
+            b = await group.start(cfg)  # scale-out
+            await group.wait_until(
+                lambda: exactly_once([a, b], [java_parts(java), rdk.assignment], topic, n),
+                timeout=60,
+                what="scale-out to 4",
+            )
+            await rdk.close()  # scale-in
+            rdk_gone = time.monotonic()
+            assert rdk.assignment == frozenset() and rdk.errors == []
+            await group.wait_until(
+                lambda: exactly_once([a, b], [java_parts(java)], topic, n),
+                timeout=60,
+                what="scale-in to 3",
+            )
+            java.kill()  # a crash: no leave heartbeat
+            killed = time.monotonic()
+            await java.close()
+            await group.wait_until(
+                lambda: exactly_once([a, b], [], topic, n), timeout=60, what="after the crash"
+            )
+            assert time.monotonic() - killed < SESSION_MS / 1000 + 10
+        finally:
+            await java.close()
+            await rdk.close()
+        rdk.record_into(group.ownership)
+        group.ownership.died(rdk.name, rdk_gone)
+        java_into(java, group.ownership)
+        group.ownership.died("java", killed)
+        assert a.errors == [] and b.errors == []
+        assert not lost_events(a) and not lost_events(b)
