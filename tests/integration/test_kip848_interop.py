@@ -10,9 +10,10 @@ group configs), and kgroup's members are told the same session
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -28,6 +29,7 @@ from kgroup.testing import (
     describe_group_configs,
     set_consumer_group_timeouts,
 )
+from tests.integration.test_consumer import Worker, produce, until
 
 pytestmark = pytest.mark.kafka
 
@@ -294,3 +296,103 @@ async def test_mixed_group_of_kgroup_java_and_librdkafka_covers_exactly_once(
         group.ownership.died("java", killed)
         assert a.errors == [] and b.errors == []
         assert not lost_events(a) and not lost_events(b)
+
+
+# -- 4. online migration: classic -> consumer -> classic (spec §10.9) ---------------------------
+
+
+def classic_config(broker: KafkaBroker, group: str, topic: str) -> GroupConfig:
+    return GroupConfig(
+        bootstrap_servers=broker.bootstrap,
+        group_id=group,
+        topics=[topic],
+        assignors=("range",),
+        session_timeout_ms=6_000,
+        heartbeat_interval_ms=500,
+        max_poll_interval_ms=30_000,
+        request_timeout_ms=10_000,
+    )
+
+
+def broker_log_lines(broker: KafkaBroker, group: str, since: int) -> list[str]:
+    with broker.log_path.open("rb") as log:
+        log.seek(since)
+        text = log.read().decode("utf-8", "replace")
+    return [line for line in text.splitlines() if group in line]
+
+
+async def test_online_migration_classic_to_consumer_and_back_exactly_once(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """Three GroupConsumer workers of a classic group (range) are restarted one by one on the
+    consumer protocol, then one by one back to classic, while they process records. Kafka
+    converts the group when the first consumer-protocol member joins and back when the last
+    one leaves (its log says so, once each way); in between, the classic members are
+    followers whose JoinGroup names no leader (the broker assigns them). Every record is
+    processed exactly once. Nothing was refused on the way."""
+    partitions, per_partition = 6, 400
+    total = partitions * per_partition
+    topic = make_topic(partitions)
+    await produce(kafka_broker.bootstrap, topic, per_partition, partitions)
+    await short_session(kafka_broker, unique_group, 6_000, 500)
+    classic = classic_config(kafka_broker, unique_group, topic)
+    consumer = consumer_config(kafka_broker, unique_group, topic, session_ms=6_000)
+    log_start = kafka_broker.log_path.stat().st_size
+    processed: collections.Counter[tuple[int, int]] = collections.Counter()
+    # Classic members' joins: (when, is_leader, leader); when the consumer-protocol members
+    # were in the group: from the first one's join to the last one's leave.
+    joins: list[tuple[float, bool, str]] = []
+    mixed: list[float] = []
+
+    async def worker(cfg: GroupConfig) -> Worker:
+        new = Worker(cfg, processed)
+
+        def hook(event: str, fields: Mapping[str, Any]) -> None:
+            if event != "member.joined":
+                return
+            if cfg.group_protocol == "consumer":
+                mixed.append(time.monotonic())
+            else:
+                joins.append((time.monotonic(), bool(fields["is_leader"]), str(fields["leader"])))
+
+        new.consumer.member.add_event_hook(hook)
+        return await new.start()
+
+    workers = [await worker(classic) for _ in range(3)]
+    try:
+        for step, cfg in enumerate([consumer] * 3 + [classic] * 3):
+            i = step % 3
+            mark = len(processed)
+            await until(
+                lambda mark=mark: len(processed) >= mark + total // 16,  # type: ignore[misc]
+                timeout=60,
+                what=f"progress before step {step}",
+            )
+            await workers[i].close()
+            if step == 5:  # the last consumer-protocol member has left
+                mixed.append(time.monotonic())
+            workers[i] = await worker(cfg)
+        await until(lambda: len(processed) >= total, timeout=90, what="every record processed")
+    finally:
+        for w in workers:
+            if not w.stop.is_set():
+                await w.close()
+    duplicates = {key: n for key, n in processed.items() if n != 1}
+    assert duplicates == {}
+    assert set(processed) == {(p, o) for p in range(partitions) for o in range(per_partition)}
+    # The broker converted the group both ways, in that order.
+    conversions = [
+        line.rsplit("] ", 1)[-1]
+        for line in broker_log_lines(kafka_broker, unique_group, log_start)
+        if "Converted the" in line
+    ]
+    assert conversions == [
+        "Converted the classic group to a consumer group.",
+        "Converted the consumer group to a classic group.",
+    ]
+    # In the consumer group, every classic member was a follower with no leader named (§10.9);
+    # in the classic group before and after, one of them led.
+    inside = [(leads, leader) for at, leads, leader in joins if mixed[0] < at < mixed[-1]]
+    outside = [leads for at, leads, _ in joins if not mixed[0] < at < mixed[-1]]
+    assert inside and all(not leads and leader == "" for leads, leader in inside)
+    assert any(outside)
