@@ -27,12 +27,18 @@ again (SIGTERM: the others gain). A sample is one (member, new assignment): from
 whose assignment differs from what the member last reported owning, to the member's first
 later request reporting exactly that assignment (superseded targets and leaving members'
 last targets are dropped). Median and max per client, and how many samples each.
+
+Also per client, the *pickup*: from the request in which a member gives a partition up to
+the answer that gives it to another member of the same client. The broker hands a released
+partition over only in an answer to its next owner, so this is how soon that member
+heartbeats again (at most the interval, unless the client heartbeats sooner).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import random
 import struct
 import sys
 import tempfile
@@ -252,6 +258,27 @@ def reactions(frames: Sequence[Frame]) -> list[float]:
     return samples
 
 
+def pickups(frames: Sequence[Frame]) -> list[float]:
+    """Seconds from a member's request giving a partition up (it no longer reports it) to
+    the answer that gives it to another member: how long a released partition waits for its
+    next owner's heartbeat (the broker hands it over only in an answer)."""
+    samples: list[float] = []
+    owned: dict[str, Parts] = {}
+    released: dict[tuple[str, int], tuple[str, float]] = {}  # partition -> (by, when)
+    for f in sorted(frames, key=lambda f: f.t):
+        member = f.member_id or ""
+        if f.kind == "request" and f.parts is not None:
+            for tp in owned.get(member, frozenset()) - f.parts:
+                released[tp] = (member, f.t)
+            owned[member] = f.parts
+        elif f.kind == "answer" and f.error_code == 0 and f.parts is not None:
+            for tp in f.parts - owned.get(member, frozenset()):
+                by = released.pop(tp, None)
+                if by is not None and by[0] != member:
+                    samples.append(f.t - by[1])
+    return samples
+
+
 def run_client(
     fleet: Fleet, broker: Any, relay: Cgh848Relay, label: str, a: argparse.Namespace
 ) -> dict[str, Any]:
@@ -263,6 +290,7 @@ def run_client(
             "--log-level", a.log_level]  # fmt: skip
     base: list[Member] = []
     everyone: list[Member] = []
+    rng = random.Random(a.seed)  # the same draws for every client
 
     def spawn(name: str) -> Member:
         m = fleet.spawn(label, group, topic, f"{label}-{name}", args)
@@ -279,20 +307,32 @@ def run_client(
         base.extend(spawn(f"m{i}") for i in range(a.members))
         settle(base, "join")
         for rnd in range(a.rounds):
+            # A random part of an interval first, as membership.py does: else each step
+            # lands at a fixed phase of the members' heartbeat timers (the pickup would
+            # measure that phase, set by the client's start-up time).
+            fleet.pump_for(rng.uniform(0.0, a.heartbeat_ms / 1000.0))
             extra = spawn(f"x{rnd}")
             settle([*base, extra], f"round {rnd}: join")
+            fleet.pump_for(rng.uniform(0.0, a.heartbeat_ms / 1000.0))
             fleet.terminate(extra)
             fleet.wait_until(lambda m=extra: m.exited, a.deadline)  # type: ignore[misc]
             settle(base, f"round {rnd}: leave")
     finally:
         fleet.stop(everyone)
-    samples = reactions(relay.frames_of(group))
+    frames = relay.frames_of(group)
+    samples, waits = reactions(frames), pickups(frames)
     return {
         "client": label,
         "group": group,
         "samples": samples,
         "median_ms": None if not samples else 1000 * (median(samples) or 0.0),
         "max_ms": None if not samples else 1000 * max(samples),
+        "pickups": waits,
+        "pickup_median_ms": None if not waits else 1000 * (median(waits) or 0.0),
+        "pickup_max_ms": None if not waits else 1000 * max(waits),
+        "frames": [
+            vars(f) | {"parts": None if f.parts is None else sorted(f.parts)} for f in frames
+        ],
     }
 
 
@@ -301,7 +341,7 @@ def table(results: Sequence[dict[str, Any]]) -> str:
     rows = []
     for r in results:
         if "error" in r:
-            rows.append([r["client"], "—", "—", "0", "", r["error"][:80]])
+            rows.append([r["client"], "—", "—", "0", "", "—", "—", r["error"][:80]])
             continue
         ratio = "—"
         if base is not None and r is not base and base.get("median_ms") and r.get("median_ms"):
@@ -313,10 +353,21 @@ def table(results: Sequence[dict[str, Any]]) -> str:
                 fmt(r["max_ms"], 1),
                 str(len(r["samples"])),
                 ratio,
+                fmt(r.get("pickup_median_ms"), 1),
+                fmt(r.get("pickup_max_ms"), 1),
                 "",
             ]
         )
-    header = ["client", "median ms", "max ms", "samples", "kgroup/peer median", "notes"]
+    header = [
+        "client",
+        "reaction median ms",
+        "max ms",
+        "samples",
+        "kgroup/peer median",
+        "pickup median ms",
+        "pickup max ms",
+        "notes",
+    ]
     return render_table(header, rows)
 
 
@@ -330,6 +381,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heartbeat-ms", type=int, default=1000)
     p.add_argument("--deadline", type=float, default=60.0)
     p.add_argument("--settle", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=1, help="seed of the pre-step jitter")
     p.add_argument("--log-level", default="info")
     p.add_argument("--log-dir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
