@@ -869,6 +869,10 @@ class RollingBench(ChurnBench):
                 if self.restart_gap == "covered":
                     survivors = live[:slot] + live[slot + 1 :]
                     self._await_stable(survivors, everyone, f"restart m{slot}: survivors")
+                    # Else the spawn is locked to the survivors' heartbeat phase (settle
+                    # after their last change), and the client's start-up time decides when
+                    # its join falls in their heartbeat cycle (free: they cover everything).
+                    self._jitter()
                 live[slot] = spawn(slot, 1)
                 t_covered = self._await_stable(live, everyone, f"restart m{slot}")
                 revoking = old.events_since(t_start, ("revoking",))
