@@ -191,12 +191,18 @@ async def alter_group_configs(
     configs: Mapping[str, str | int | None],
     *,
     validate_only: bool = False,
+    wait: bool = True,
     timeout: float = 10.0,
 ) -> None:
     """Set (or with ``None``, delete) dynamic configs of group ``group_id`` on Kafka 4.x,
     with IncrementalAlterConfigs v1 on resource type GROUP. The group need not exist yet.
     Raises :class:`GroupConfigError` when the broker refuses (a value outside the
-    broker's bounds, an unknown name)."""
+    broker's bounds, an unknown name).
+
+    The broker answers once the controller has the change, before it has applied it to
+    its own view (KRaft publishes it to the brokers afterwards): with ``wait`` (the
+    default) this returns only once DescribeConfigs shows every value set here (deletions
+    are not waited for), and raises TimeoutError after ``timeout``."""
     entries = [
         (name, _OP_DELETE if value is None else _OP_SET, _text(value), _NO_TAGS)
         for name, value in configs.items()
@@ -209,6 +215,27 @@ async def alter_group_configs(
     for error_code, message, _type, _name, _rtags in responses:
         if error_code:
             raise GroupConfigError(group_id, error_code, message)
+    wanted = {name: str(value) for name, value in configs.items() if value is not None}
+    if wait and wanted and not validate_only:
+        await _until_applied(bootstrap, group_id, wanted, timeout)
+
+
+async def _until_applied(
+    bootstrap: str | Sequence[str], group_id: str, wanted: Mapping[str, str], timeout: float
+) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        left = deadline - loop.time()
+        seen = await describe_group_configs(bootstrap, group_id, list(wanted), timeout=left)
+        if all(seen.get(name) == value for name, value in wanted.items()):
+            return
+        if loop.time() >= deadline:
+            raise TimeoutError(
+                f"group {group_id!r}: the broker still describes {seen} after {timeout:.0f} s "
+                f"(wanted {dict(wanted)})"
+            )
+        await asyncio.sleep(0.02)
 
 
 async def describe_group_configs(
@@ -245,10 +272,11 @@ async def set_consumer_group_timeouts(
 ) -> None:
     """Give the consumer-protocol (KIP-848) group ``group_id`` its own session timeout
     and heartbeat interval (``consumer.session.timeout.ms``,
-    ``consumer.heartbeat.interval.ms``), before its members join. kgroup's test brokers
-    accept sessions from 1000 ms and intervals from 100 ms; the interval must be below the
-    session. Members learn the interval from their next heartbeat answer; the broker
-    applies the session from each member's next heartbeat on."""
+    ``consumer.heartbeat.interval.ms``), before its members join; returns once the broker
+    describes them. kgroup's test brokers accept sessions from 1000 ms and intervals from
+    100 ms; the interval must be below the session. Members learn the interval from their
+    next heartbeat answer; the broker applies the session from each member's next
+    heartbeat on."""
     if not 0 < heartbeat_interval_ms < session_timeout_ms:
         raise ValueError(
             f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be positive and below "
