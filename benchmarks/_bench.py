@@ -754,6 +754,13 @@ def add_client_args(p: Any, clients: Sequence[str], **defaults: Any) -> None:
     p.add_argument("--heartbeat-ms", type=int, default=d["heartbeat_ms"])
     p.add_argument("--max-poll-ms", type=int, default=d["max_poll_ms"])
     p.add_argument("--log-level", default=d["log_level"])
+    p.add_argument(
+        "--group-protocol",
+        choices=GROUP_PROTOCOLS,
+        default="classic",
+        help="consumer: KIP-848 (kgroup, confluent, java; the broker owns the session, the\n"
+        "heartbeat interval and the assignor: --session-ms is only kgroup's lease)",
+    )
 
 
 def client_args(a: Any, *, client: str | None = None, **extra: Any) -> list[str]:
@@ -870,6 +877,12 @@ def child_main(run: Callable[[], Any], level: str) -> int:
 
 
 ASSIGNORS = ("range", "cooperative-sticky")
+GROUP_PROTOCOLS = ("classic", "consumer")
+
+
+def consumer_protocol(a: Any) -> bool:
+    """Whether the child runs the KIP-848 ``consumer`` group protocol."""
+    return getattr(a, "group_protocol", "classic") == "consumer"
 
 
 def assignor_of(a: Any) -> str:
@@ -878,8 +891,9 @@ def assignor_of(a: Any) -> str:
 
 
 def cooperative(a: Any) -> bool:
-    """Whether the child runs KIP-429 incremental cooperative rebalancing."""
-    return assignor_of(a) == "cooperative-sticky"
+    """Whether the child's rebalance callbacks are incremental: KIP-429 cooperative
+    rebalancing, or the KIP-848 consumer protocol (always incremental)."""
+    return assignor_of(a) == "cooperative-sticky" or consumer_protocol(a)
 
 
 def kgroup_config(a: Any, *, group: str | None = None, client_id: str | None = None) -> Any:
@@ -893,6 +907,19 @@ def kgroup_config(a: Any, *, group: str | None = None, client_id: str | None = N
         extra["isolate_heartbeat"] = True
     if getattr(a, "handoff", False):
         extra["handoff_on_close"] = True  # only when asked: older trees lack the field
+    if consumer_protocol(a):
+        # The broker assigns and owns the session and interval (the benchmark sets the
+        # group's own to --session-ms / --heartbeat-ms); the lease is told the session.
+        return GroupConfig(
+            bootstrap_servers=a.bootstrap,
+            group_id=group or a.group,
+            topics=[a.topic],
+            group_protocol="consumer",
+            consumer_session_timeout_ms=a.session_ms,
+            max_poll_interval_ms=a.max_poll_ms,
+            client_id=client_id or a.name,
+            **extra,
+        )
     return GroupConfig(
         bootstrap_servers=a.bootstrap,
         group_id=group or a.group,
@@ -989,18 +1016,24 @@ def confluent_config(
     offset_reset: str = "earliest",
 ) -> dict[str, Any]:
     """librdkafka settings: classic protocol, ``a``'s assignor (range by default) and
-    timings, no auto-commit."""
-    return {
+    timings, no auto-commit. With ``--group-protocol consumer``: KIP-848, where librdkafka
+    refuses an assignor, session timeout or heartbeat interval (the broker owns them)."""
+    common = {
         "bootstrap.servers": a.bootstrap,
         "group.id": group or a.group,
         "client.id": client_id or a.name,
+        "max.poll.interval.ms": a.max_poll_ms,
+        "enable.auto.commit": False,
+        "auto.offset.reset": offset_reset,
+    }
+    if consumer_protocol(a):
+        return {**common, "group.protocol": "consumer"}
+    return {
+        **common,
         "group.protocol": "classic",
         "partition.assignment.strategy": assignor_of(a),
         "session.timeout.ms": a.session_ms,
         "heartbeat.interval.ms": a.heartbeat_ms,
-        "max.poll.interval.ms": a.max_poll_ms,
-        "enable.auto.commit": False,
-        "auto.offset.reset": offset_reset,
     }
 
 

@@ -11,7 +11,8 @@ Every line on stdout is one JSON object with ``t`` (``time.time()`` when it happ
 failure is an ``error`` line (``message``). The arguments every subcommand takes (client,
 bootstrap, group, topic, client id, session / heartbeat / max-poll, log level) and the way
 each client is built (classic protocol, range assignor unless told, no auto-commit, the same
-timings) live in ``_bench.py``.
+timings; ``--group-protocol consumer``: KIP-848 for kgroup, confluent and java, where the
+broker assigns and owns the session and interval) live in ``_bench.py``.
 
 **member** (``membership.py``, ``heartbeat.py``'s watcher, ``reaction.py``): one member.
 ``--kgroup-api consumer`` makes the kgroup one a ``GroupConsumer`` (``getmany`` loop).
@@ -252,7 +253,7 @@ def member_java(a: argparse.Namespace) -> int:
     argv = java_member_command(
         [
             "--bootstrap", a.bootstrap, "--group", a.group, "--topic", a.topic,
-            "--protocol", "classic", "--assignor", b.assignor_of(a),
+            "--protocol", a.group_protocol, "--assignor", b.assignor_of(a),
             "--session-timeout-ms", str(a.session_ms),
             "--heartbeat-interval-ms", str(a.heartbeat_ms),
             "--max-poll-interval-ms", str(a.max_poll_ms),

@@ -26,6 +26,11 @@ assignment change with a ``time.time()`` stamp. Scenarios, per client and repeti
    ``confluent-coop``, ``kafka-python-coop``, ``java-coop``; ``--rolling-configs``);
    ``kgroup-coop-handoff`` is ``kgroup-coop`` whose members close with the handoff
    (``GroupConfig.handoff_on_close``: rejoin marked as leaving, then revoke and leave).
+   ``kgroup-848``, ``java-848``, ``confluent-848`` run the KIP-848 consumer protocol (the
+   broker's ``uniform`` assignor; ``_kip848.py``): their group gets ``--session-ms`` and
+   ``--heartbeat-ms`` as its own consumer session and heartbeat interval first, so they
+   are timed like the classic ones; its "rebalances" are the broker's group-epoch bumps.
+   They are also scenarios 1-3 clients (``--clients``), on Apache Kafka only.
    ``--rolling-members`` (4) members on a fresh ``--rolling-partitions`` (12) topic, stable;
    scale-out (one more member joins); then each of the 5 is restarted in turn (SIGTERM: its
    client closes, revoke and LeaveGroup; once it has exited a new process with the same
@@ -86,6 +91,14 @@ from _bench import (
     render_table,
     stop_processes,
     write_json,
+)
+from _kip848 import (
+    CLIENTS_848,
+    SERVER_ASSIGNOR,
+    give_group_timings,
+    is_848,
+    split_label,
+    unavailable_848,
 )
 
 CLIENTS = ("kgroup", "aiokafka", "confluent", "confluent-aio", "kafka-python", "java")
@@ -160,9 +173,10 @@ class Fleet:
         to ``LOG_DIR/{log_name or name}.log``."""
         key = next(self._keys)
         log_path = self.log_dir / f"{log_name or name}.log"
+        library, protocol = split_label(client)  # kgroup-848: kgroup on the consumer protocol
         args = [
-            mode, "--client", client, "--bootstrap", self.bootstrap,
-            "--group", group, "--topic", topic, "--name", name, *extra,
+            mode, "--client", library, "--bootstrap", self.bootstrap,
+            "--group", group, "--topic", topic, "--name", name, *protocol, *extra,
         ]  # fmt: skip
         spawn_t = time.time()
         proc = popen_child(args, log_path, stdin=subprocess.DEVNULL)
@@ -339,6 +353,8 @@ class ChurnBench:
         topic = f"bench-{client}-{tag}-{suffix}"
         group = f"bench-{client}-{tag}-{suffix}"
         self.broker.create_topic(topic, self.s.partitions)
+        if is_848(client):  # the classic members' session and heartbeat, set on the group
+            give_group_timings(self.broker.bootstrap, group, self.s.session_ms, self.s.heartbeat_ms)
         return group, topic
 
     def _join(self, client: str, tag: str) -> tuple[list[Member], dict[str, Any]]:
@@ -576,6 +592,7 @@ ROLLING_CONFIGS = (
     "confluent-coop",
     "kafka-python-coop",
     "java-coop",
+    *CLIENTS_848,
 )
 ROLLING_BASE = "kgroup"  # the ratio's denominator: kgroup with range
 COOP_SUFFIX = "-coop"
@@ -591,6 +608,8 @@ def rolling_config(label: str) -> tuple[str, str]:
     :func:`rolling_handoff`)."""
     if label == "kgroup-coop" + HANDOFF_SUFFIX:
         return "kgroup", "cooperative-sticky"
+    if label in CLIENTS_848:  # the consumer protocol: the broker's assignor
+        return label, SERVER_ASSIGNOR
     if label.endswith(COOP_SUFFIX):
         client, assignor = label[: -len(COOP_SUFFIX)], "cooperative-sticky"
     else:
@@ -684,9 +703,13 @@ def unowned_seconds(
 class BrokerLog:
     """Rebalances counted from the broker's own log: Apache Kafka's group coordinator
     writes ``Stabilized group G generation N with M members.`` each time a generation
-    completes its join phase. None on other brokers (tansu logs no such line)."""
+    completes its join phase, and for a consumer-protocol (KIP-848) group ``[GroupId G]
+    Bumped group epoch to N ...`` each time its membership or subscriptions change. None on
+    other brokers (tansu logs no such line)."""
 
-    PATTERN = r"Stabilized group {group} generation (\d+)"
+    PATTERN = (
+        r"(?:Stabilized group {group} generation |\[GroupId {group}\] Bumped group epoch to )(\d+)"
+    )
 
     def __init__(self, broker: Any, kind: str) -> None:
         path = getattr(broker, "log_path", None) if kind == "kafka" else None
@@ -734,9 +757,11 @@ class RollingBench(ChurnBench):
 
     def unavailable(self, client: str, assignor: str) -> str | None:
         """Why this configuration cannot run here (None: it can)."""
-        reason = KNOWN_INCOMPATIBLE.get((client, self.s.broker))
+        reason = KNOWN_INCOMPATIBLE.get((split_label(client)[0], self.s.broker))
         if reason and not self.try_incompatible:
             return reason
+        if is_848(client):
+            return unavailable_848(client, self.s.broker)
         if client == "aiokafka" and assignor != "range":
             return "aiokafka has no cooperative rebalancing (eager only)"
         if client == "kgroup":
@@ -795,7 +820,9 @@ class RollingBench(ChurnBench):
         """One repetition of scenario 5 for ``label`` (a :func:`rolling_config`)."""
         client, assignor = rolling_config(label)
         self.rng = random.Random(f"{self.s.seed}-rolling-{rep}")
-        extra = [*self._member_args(), "--assignor", assignor]
+        extra = self._member_args()
+        if not is_848(label):  # under the consumer protocol the broker assigns
+            extra += ["--assignor", assignor]
         if rolling_handoff(label):
             extra.append("--handoff")
         group, topic = self._fresh(label, f"roll{rep}")
@@ -842,6 +869,10 @@ class RollingBench(ChurnBench):
                 if self.restart_gap == "covered":
                     survivors = live[:slot] + live[slot + 1 :]
                     self._await_stable(survivors, everyone, f"restart m{slot}: survivors")
+                    # Else the spawn is locked to the survivors' heartbeat phase (settle
+                    # after their last change), and the client's start-up time decides when
+                    # its join falls in their heartbeat cycle (free: they cover everything).
+                    self._jitter()
                 live[slot] = spawn(slot, 1)
                 t_covered = self._await_stable(live, everyone, f"restart m{slot}")
                 revoking = old.events_since(t_start, ("revoking",))
@@ -1211,8 +1242,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeat", type=int, default=3, help="repetitions of scenarios 1-3 (3)")
     p.add_argument(
         "--clients",
-        default=",".join(CLIENTS),
-        help=f"comma-separated subset of {','.join(CLIENTS)} (default: all)",
+        default=",".join((*CLIENTS, *CLIENTS_848)),
+        help=f"comma-separated subset of {','.join((*CLIENTS, *CLIENTS_848))} (default: all;\n"
+        "CLIENT-848: on the KIP-848 consumer protocol, Apache Kafka only)",
     )
     p.add_argument("--session-ms", type=int, default=6000)
     p.add_argument("--heartbeat-ms", type=int, default=1000)
@@ -1279,7 +1311,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     for c in clients:
-        if c not in CLIENTS:
+        if c not in CLIENTS and c not in CLIENTS_848:
             p.error(f"unknown client {c!r}")
     args.client_list = clients
     idle_clients = [c.strip() for c in args.idle_clients.split(",") if c.strip()]
@@ -1398,9 +1430,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.broker == "kafka":
             results["meta"]["kafka_version"] = getattr(broker, "version", None)
         fleet = Fleet(log_dir, broker.bootstrap)
-        wants_java = ("java" in args.client_list and not args.skip_churn) or (
+        wants_java = (
+            any(split_label(c)[0] == "java" for c in args.client_list) and not args.skip_churn
+        ) or (
             not args.skip_rolling
-            and any(rolling_config(label)[0] == "java" for label in args.rolling_labels)
+            and any(
+                split_label(rolling_config(label)[0])[0] == "java" for label in args.rolling_labels
+            )
         )
         if wants_java:
             if (("java", args.broker) not in KNOWN_INCOMPATIBLE) or args.try_incompatible:
@@ -1423,7 +1459,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.skip_churn:
             bench = ChurnBench(fleet, broker, settings, log)
             for client in args.client_list:
-                reason = KNOWN_INCOMPATIBLE.get((client, args.broker))
+                reason = KNOWN_INCOMPATIBLE.get((split_label(client)[0], args.broker))
+                reason = unavailable_848(client, args.broker) or reason
                 if reason and not args.try_incompatible:
                     log(f"{client}: skipped on {args.broker}: {reason}")
                     results["churn"][client] = {"skipped": reason}

@@ -10,6 +10,8 @@ Three brokers, from the most faithful to the most controllable:
   with scripted errors, coordinator moves, latency and request tracking.
 
 :class:`JavaMember` runs Kafka's own Java consumer as a group member for interop tests.
+:func:`set_consumer_group_timeouts` gives one KIP-848 group a short session (Kafka 4.x
+group configs), so crash tests of the ``consumer`` protocol run in seconds.
 
 Without a broker: :class:`MockTransport` and :class:`InMemoryCoordinator` answer a real
 ``GroupMember`` in memory, and :class:`VirtualTimeLoop` runs it on a virtual clock.
@@ -22,6 +24,12 @@ install; the fixtures skip on it, or fail when the ``CI`` environment variable i
 """
 
 from .._tansu import TansuBroker
+from ._group_configs import (
+    GroupConfigError,
+    alter_group_configs,
+    describe_group_configs,
+    set_consumer_group_timeouts,
+)
 from ._invariants import Hold, OwnershipLog, OwnershipViolation
 from ._java import JavaMember, JavaMemberError
 from ._kafka import KAFKA_VERSION, KafkaBroker, cache_root, kafka_classpath, kafka_libs
@@ -45,6 +53,7 @@ __all__ = [
     "BrokerStartError",
     "BrokerUnavailable",
     "FaultProxy",
+    "GroupConfigError",
     "Hold",
     "InMemoryCoordinator",
     "JavaMember",
@@ -64,10 +73,13 @@ __all__ = [
     "SecureKafkaBroker",
     "TansuBroker",
     "VirtualTimeLoop",
+    "alter_group_configs",
     "cache_root",
     "covered",
+    "describe_group_configs",
     "free_port",
     "kafka_classpath",
     "kafka_libs",
+    "set_consumer_group_timeouts",
     "wait_for_port",
 ]
