@@ -13,16 +13,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import _fs
 from ._churn import churn
 from ._heartbeats import heartbeat_failures, heartbeat_health, heartbeat_histogram
+from ._judge import (
+    SORT_AGGREGATE_CONF,
+    blocks,
+    judge,
+    judged_events,
+    judged_faults,
+    judged_lines,
+)
 from ._members import members
 from ._names import TABLES, TIMESTAMP_COLUMNS
 from ._ownership import generations, ownership
-from ._read import bad_lines, bad_records, event_faults, parse, valid_events
+from ._read import bad_lines, bad_records, parse
 from ._rebalances import rebalance_stats, rebalances
 from ._safety import overlaps
 from ._unavailability import unavailability, unavailability_by_rebalance
@@ -130,35 +138,51 @@ def run_pipeline(
         # With the schema given: an empty partitioned directory has none to infer.
         return spark.read.schema(df.schema).parquet(path)
 
-    progress("reading and validating the event lines")
-    parsed = stage(parse(source), "parsed", partition_by="kind")
-    progress("duplicates and out-of-order events")
-    faults = stage(event_faults(parsed), "faults")
-    counts: dict[str, int] = {}
-    for df, column in ((parsed, "line_reason"), (faults, "reason")):
-        for r in df.groupBy(column).count().collect():
-            key = r[column] or ""
-            counts[key] = counts.get(key, 0) + int(r["count"])
-    n_faults = counts.get("duplicate", 0) + counts.get("out_of_order", 0)
-    n_bad = sum(v for k, v in counts.items() if k)
-    n_events = counts.get("", 0) - n_faults
+    progress("reading, validating and judging the event lines")
+    conf = spark.conf
+    saved = conf.get(SORT_AGGREGATE_CONF[0], None)
+    conf.set(*SORT_AGGREGATE_CONF)
+    try:
+        judged = stage(judge(parse(source)), "judged")
+    finally:
+        if saved is None:
+            conf.unset(SORT_AGGREGATE_CONF[0])
+        else:
+            conf.set(SORT_AGGREGATE_CONF[0], saved)
+    is_member = F.col("member_uid").isNotNull()
+
+    def n_faults(reason: str) -> Column:
+        return F.sum(F.size(F.filter("faults", lambda f: f["reason"] == reason)))
+
+    totals = collect_rows_raw(
+        judged.agg(
+            F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
+            F.count(F.when(~is_member, 1)).alias("lines"),
+            F.coalesce(n_faults("duplicate"), F.lit(0)).alias("duplicate"),
+            F.coalesce(n_faults("out_of_order"), F.lit(0)).alias("out_of_order"),
+            F.count(F.when(is_member, 1)).alias("members"),
+            F.countDistinct(F.when(is_member, F.col("group"))).alias("groups"),
+            F.min("first_ts").alias("first_ts"),
+            F.max("last_ts").alias("last_ts"),
+        )
+    )
+    counts = {k: int(totals[k]) for k in ("events", "lines", "duplicate", "out_of_order")}
+    n_events = counts["events"]
+    n_bad = counts["lines"] + counts["duplicate"] + counts["out_of_order"]
     progress(f"read {n_events + n_bad:,} lines: {n_events:,} events, {n_bad:,} bad records")
-    events = valid_events(parsed, faults if n_faults else None)
-    # Most metrics need no heartbeat: reading only the other partition skips nine lines
-    # in ten.
-    others = events.where(F.col("kind") == "other")
-    beats = events.where(F.col("kind") == "heartbeat")
+    # Every non-heartbeat event and the few heartbeats the generations need.
+    events = judged_events(judged)
+    others = events
 
     progress("bad records")
-    bad = bad_lines(parsed, faults)
+    bad = bad_lines(judged_lines(judged), judged_faults(judged))
     if n_bad:
-        bad = bad_records(bad, parsed, numbered_by_pos=numbered_by_pos)
+        bad = bad_records(bad, None if numbered_by_pos else blocks(judged))
     else:
         bad = bad.select("file", F.col("pos").alias("line"), "reason", "member_uid", "seq", "text")
     bad = save(bad, "bad_records")
 
-    progress("members")
-    mem = stage(members(events), "members")
+    mem = members(judged)
     groups = mem.select("group").distinct()
     group_last = mem.groupBy("group").agg(F.max("last_ts").alias("last_ts"))
     result: dict[str, DataFrame] = {}
@@ -188,35 +212,28 @@ def run_pipeline(
 
     progress("heartbeat health")
     result["heartbeat_health"] = save(
-        _ordered(heartbeat_health(events, mem), "heartbeat_health"), "heartbeat_health"
+        _ordered(heartbeat_health(judged), "heartbeat_health"), "heartbeat_health"
     )
     result["heartbeat_failures"] = save(
-        _ordered(heartbeat_failures(beats), "heartbeat_failures"), "heartbeat_failures"
+        _ordered(heartbeat_failures(judged), "heartbeat_failures"), "heartbeat_failures"
     )
     result["heartbeat_histogram"] = save(
-        _ordered(heartbeat_histogram(beats), "heartbeat_histogram"), "heartbeat_histogram"
+        _ordered(heartbeat_histogram(judged), "heartbeat_histogram"), "heartbeat_histogram"
     )
 
     progress("safety: overlapping claims")
     result["overlaps"] = save(_ordered(overlaps(own, clock_skew_s), "overlaps"), "overlaps")
 
     progress("summary")
-    span = mem.agg(
-        F.count(F.lit(1)).alias("members"),
-        F.countDistinct("group").alias("groups"),
-        F.min("first_ts").alias("first_ts"),
-        F.max("last_ts").alias("last_ts"),
-    )
-    span_row = collect_rows_raw(span)
     summary: dict[str, Any] = {
         "events": n_events,
         "bad_records": n_bad,
-        "duplicates": counts.get("duplicate", 0),
-        "out_of_order": counts.get("out_of_order", 0),
-        "groups": int(span_row["groups"]),
-        "members": int(span_row["members"]),
-        "first_ts": span_row["first_ts"],
-        "last_ts": span_row["last_ts"],
+        "duplicates": counts["duplicate"],
+        "out_of_order": counts["out_of_order"],
+        "groups": int(totals["groups"]),
+        "members": int(totals["members"]),
+        "first_ts": totals["first_ts"],
+        "last_ts": totals["last_ts"],
         "job_seconds": 0.0,
     }
     res = PipelineResult(summary, overlaps=result["overlaps"].count())

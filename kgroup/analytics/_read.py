@@ -7,7 +7,7 @@ order-preserving position: Spark's ``monotonically_increasing_id`` for files, th
 Kafka). :func:`read_files` and :mod:`._kafka` make sources.
 
 :func:`parse` parses each line against :data:`EVENT_SCHEMA` (an explicit schema: nothing
-is inferred) and :func:`event_faults` judges the valid ones by member; a bad line gets a
+is inferred) and :func:`._judge.judge` judges the valid ones by member; a bad line gets a
 ``reason``, in this order:
 
 ``malformed``
@@ -48,10 +48,8 @@ __all__ = [
     "bad_lines",
     "bad_records",
     "empty_source",
-    "event_faults",
     "parse",
     "read_files",
-    "valid_events",
 ]
 
 _TP = T.ArrayType(
@@ -166,8 +164,17 @@ def parse(source: DataFrame) -> DataFrame:
         "blk",
         "pos",
         "value",
-        F.from_json(
-            "value", EVENT_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+        # A generator over a one-element array: the parsed struct is computed once per line
+        # and never inlined into a later filter (a filter pushed below a projection would
+        # parse the line again for every field it reads).
+        F.explode(
+            F.array(
+                F.from_json(
+                    "value",
+                    EVENT_SCHEMA,
+                    {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT},
+                )
+            )
         ).alias("p"),
     )
     p = F.col("p")
@@ -200,44 +207,15 @@ def parse(source: DataFrame) -> DataFrame:
     )
 
 
-def event_faults(parsed: DataFrame) -> DataFrame:
-    """The valid lines of ``parsed`` that are duplicates or out of order: file, blk, pos,
-    reason, member_uid, seq. The one shuffle of the read, and a narrow one: only these
-    columns of the valid lines, by member, ordered by ``(seq, file, pos)``."""
-    valid = parsed.where(F.col("line_reason").isNull()).select(
-        "member_uid", "seq", "ts", "file", "blk", "pos"
-    )
-    w = Window.partitionBy("member_uid").orderBy("seq", "file", "pos")
-    before = w.rowsBetween(Window.unboundedPreceding, -1)
-    reason = (
-        F.when(F.lag("seq").over(w) == F.col("seq"), F.lit("duplicate"))
-        .when(F.col("ts") < F.max("ts").over(before), F.lit("out_of_order"))
-        .otherwise(F.lit(None).cast("string"))
-    )
-    judged = valid.select("file", "blk", "pos", reason.alias("reason"), "member_uid", "seq")
-    return judged.where(F.col("reason").isNotNull())
-
-
-def valid_events(parsed: DataFrame, faults: DataFrame | None) -> DataFrame:
-    """The events: the valid lines of ``parsed`` less ``faults`` (None: there are none),
-    with ``kind``."""
-    events = parsed.where(F.col("line_reason").isNull())
-    if faults is not None:
-        events = events.join(
-            F.broadcast(faults.select("file", "pos")), ["file", "pos"], "left_anti"
-        )
-    return events.select(*EVENT_COLUMNS, "kind")
-
-
-def bad_lines(parsed: DataFrame, faults: DataFrame) -> DataFrame:
-    """Every bad line, from both checks: file, blk, pos, reason, json_ok, member_uid and
-    seq (for duplicates and out-of-order events), text (for the lines that are not
-    events)."""
-    lines = parsed.where(F.col("line_reason").isNotNull()).select(
+def bad_lines(lines: DataFrame, faults: DataFrame) -> DataFrame:
+    """Every bad line, from both checks (:func:`._judge.judged_lines` and
+    :func:`._judge.judged_faults`): file, blk, pos, reason, json_ok, member_uid and seq
+    (for duplicates and out-of-order events), text (for the lines that are not events)."""
+    not_events = lines.select(
         "file",
         "blk",
         "pos",
-        F.col("line_reason").alias("reason"),
+        "reason",
         "json_ok",
         F.lit(None).cast("string").alias("member_uid"),
         F.lit(None).cast("long").alias("seq"),
@@ -253,24 +231,20 @@ def bad_lines(parsed: DataFrame, faults: DataFrame) -> DataFrame:
         "seq",
         F.lit(None).cast("string").alias("text"),
     )
-    return lines.unionByName(events)
+    return not_events.unionByName(events)
 
 
-def bad_records(bad: DataFrame, lines: DataFrame, *, numbered_by_pos: bool) -> DataFrame:
+def bad_records(bad: DataFrame, blocks: DataFrame | None) -> DataFrame:
     """The ``bad_records`` table (file, line, reason, member_uid, seq, text) from
     :func:`bad_lines`, with line numbers (1-based).
 
-    ``numbered_by_pos``: ``pos`` is already the line's number (Kafka: the offset);
-    otherwise lines are counted per file split from ``lines``, every line with its
-    ``file``, ``blk`` and ``pos`` (the staged :func:`parse` output: only those three
-    columns are read)."""
-    if numbered_by_pos:
+    ``blocks`` None: ``pos`` is already the line's number (Kafka: the offset); otherwise
+    ``blocks`` has, per file split (``file``, ``blk``), its first position ``first_pos``
+    and its number of lines ``n`` (:func:`._judge.blocks`), and lines are counted per split."""
+    if blocks is None:
         return bad.select("file", F.col("pos").alias("line"), "reason", "member_uid", "seq", "text")
-    blocks = lines.groupBy("file", "blk").agg(
-        F.min("pos").alias("first_pos"), F.count(F.lit(1)).alias("n")
-    )
     wf = Window.partitionBy("file").orderBy("blk")
-    blocks = blocks.select(
+    numbered = blocks.select(
         "file",
         "blk",
         "first_pos",
@@ -279,7 +253,7 @@ def bad_records(bad: DataFrame, lines: DataFrame, *, numbered_by_pos: bool) -> D
         ),
         F.sum("n").over(Window.partitionBy("file")).alias("file_lines"),
     )
-    joined = bad.join(F.broadcast(blocks), ["file", "blk"], "left")
+    joined = bad.join(F.broadcast(numbered), ["file", "blk"], "left")
     line = F.col("pos") - F.col("first_pos") + F.col("before") + 1
     truncated = (F.col("reason") == "malformed") & ~F.col("json_ok") & (line == F.col("file_lines"))
     return joined.select(

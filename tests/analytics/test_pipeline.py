@@ -20,10 +20,11 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from kgroup.analytics import TABLES
+from kgroup.analytics._judge import judge, judged_events
 from kgroup.analytics._members import members
 from kgroup.analytics._ownership import ownership
 from kgroup.analytics._pipeline import PipelineResult, collect_rows, run_pipeline
-from kgroup.analytics._read import empty_source, event_faults, parse, read_files, valid_events
+from kgroup.analytics._read import empty_source, parse, read_files
 from kgroup.analytics._safety import overlaps
 from tests.analytics._compare import assert_tables_equal
 from tests.analytics._logs import Options, fmt_ts, simulate, write_logs
@@ -51,8 +52,8 @@ def ownership_of(spark: SparkSession, logs: Path) -> DataFrame:
     """The ownership intervals of the logs under ``logs`` (with ``from_seq``, as the
     overlap check reads them), without running the rest of the pipeline."""
     parsed = parse(read_files(spark, [str(logs)]))
-    events = valid_events(parsed, event_faults(parsed))
-    return ownership(events, members(events))
+    judged = judge(parsed)
+    return ownership(judged_events(judged), members(judged))
 
 
 def check_summary(got: dict[str, Any], want: dict[str, Any]) -> None:
