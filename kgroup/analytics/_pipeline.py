@@ -30,7 +30,7 @@ from ._judge import (
 from ._members import members
 from ._names import TABLES, TIMESTAMP_COLUMNS
 from ._ownership import generations, ownership
-from ._read import bad_lines, bad_records, parse
+from ._read import bad_lines, bad_records, damaged_files, parse
 from ._rebalances import rebalance_stats, rebalances
 from ._safety import overlaps
 from ._unavailability import unavailability, unavailability_by_rebalance
@@ -140,6 +140,9 @@ def run_pipeline(
 
     progress("reading, validating and judging the event lines")
     conf = spark.conf
+    # The judged rows carry each member's kept events as an array: read in batches of
+    # 4096 rows by the vectorized reader they would not fit a small heap.
+    conf.set("spark.sql.parquet.enableNestedColumnVectorizedReader", "false")
     saved = conf.get(SORT_AGGREGATE_CONF[0], None)
     conf.set(*SORT_AGGREGATE_CONF)
     try:
@@ -169,7 +172,12 @@ def run_pipeline(
     counts = {k: int(totals[k]) for k in ("events", "lines", "duplicate", "out_of_order")}
     n_events = counts["events"]
     n_bad = counts["lines"] + counts["duplicate"] + counts["out_of_order"]
+    # Damaged gzip files: read up to the damage; the damage is a bad record of its own.
+    damaged = [] if numbered_by_pos else damaged_files(source.inputFiles())
+    n_bad += len(damaged)
     progress(f"read {n_events + n_bad:,} lines: {n_events:,} events, {n_bad:,} bad records")
+    if damaged:
+        progress(f"{len(damaged):,} damaged compressed file(s): read up to the damage")
     # Every non-heartbeat event and the few heartbeats the generations need.
     events = judged_events(judged)
     others = events
@@ -180,6 +188,13 @@ def run_pipeline(
         bad = bad_records(bad, None if numbered_by_pos else blocks(judged))
     else:
         bad = bad.select("file", F.col("pos").alias("line"), "reason", "member_uid", "seq", "text")
+    if damaged:
+        bad = bad.unionByName(
+            spark.createDataFrame(
+                [(f, line, reason, None, None, text) for f, line, reason, text in damaged],
+                "file string, line long, reason string, member_uid string, seq long, text string",
+            )
+        )
     bad = save(bad, "bad_records")
 
     mem = members(judged)

@@ -35,6 +35,10 @@ splits.
 
 from __future__ import annotations
 
+import re
+import zlib
+from urllib.parse import unquote, urlparse
+
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -47,6 +51,7 @@ __all__ = [
     "HEARTBEATS",
     "bad_lines",
     "bad_records",
+    "damaged_files",
     "empty_source",
     "parse",
     "read_files",
@@ -98,6 +103,8 @@ _REQUIRED = ("v", "ts", "seq", "member_uid", "event", "group", "host", "pid", "c
 #: The columns of a valid event, as the metric modules see them (``ts`` a timestamp).
 EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA.fields if f.name not in ("v", _CORRUPT))
 
+_LINE_END = re.compile(rb"\r\n|\n|\r")
+
 _TS_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSX"
 _TS_LENGTH = len("2026-11-26T07:01:02.123456Z")
 
@@ -115,7 +122,9 @@ def read_files(spark: SparkSession, paths: list[str]) -> DataFrame:
     """Every ``*.jsonl`` and ``*.jsonl.gz`` file under ``paths`` (recursively; local paths or
     any URI Spark's Hadoop file systems understand) as a source of raw lines."""
     raw = (
+        # A damaged gzip file is read up to the damage (see damaged_files), not fatal.
         spark.read.option("recursiveFileLookup", "true")
+        .option("ignoreCorruptFiles", "true")
         .option("pathGlobFilter", "*.{jsonl,jsonl.gz}")
         .text(paths)
     )
@@ -125,6 +134,70 @@ def read_files(spark: SparkSession, paths: list[str]) -> DataFrame:
         F.col("_metadata.file_block_start").alias("blk"),
         F.monotonically_increasing_id().alias("pos"),
     )
+
+
+#: A damaged compressed file: its URI (as Spark names it), the number of the first line
+#: lost (1-based), the reason (``truncated`` or ``corrupt_file``) and the text of the
+#: incomplete line at the damage (``truncated`` only; None when there is none).
+DamagedFile = tuple[str, int, str, str | None]
+
+_CHUNK = 1 << 20
+_TAIL_LIMIT = 1 << 20
+
+
+def damaged_files(files: list[str]) -> list[DamagedFile]:
+    """The gzip files among ``files`` (URIs, as ``DataFrame.inputFiles`` gives them) that
+    end before their end-of-stream marker (``truncated``) or do not decompress
+    (``corrupt_file``): Spark reads such a file up to the damage (``ignoreCorruptFiles``),
+    and this says where that was. Only files on this machine's file system are checked
+    (one streaming decompression each, on the driver)."""
+    found = []
+    for uri in files:
+        if not uri.endswith(".gz") or urlparse(uri).scheme not in ("", "file"):
+            continue
+        damage = _gzip_damage(unquote(urlparse(uri).path))
+        if damage is not None:
+            lines, reason, tail = damage
+            name = "file:" + uri[len("file://") :] if uri.startswith("file:///") else uri
+            found.append((name, lines + 1, reason, tail))
+    return found
+
+
+def _gzip_damage(path: str) -> tuple[int, str, str | None] | None:
+    """None for a whole gzip file; else the complete lines before the damage (a line ends
+    with LF, CR LF or CR, as Spark's text reader splits them), the reason and the
+    incomplete line's text."""
+    lines = 0
+    tail = b""
+    pending_cr = False
+    decoder = zlib.decompressobj(wbits=31)
+    fed = False  # the current gzip member has started
+    try:
+        with open(path, "rb") as handle:
+            while data := handle.read(_CHUNK):
+                while data:
+                    fed = True
+                    out = decoder.decompress(data)
+                    data = b""
+                    if decoder.eof:  # another gzip member may follow
+                        data = decoder.unused_data
+                        decoder = zlib.decompressobj(wbits=31)
+                        fed = False
+                    if pending_cr and out.startswith(b"\n"):
+                        out = out[1:]
+                    if out:
+                        pending_cr = out.endswith(b"\r")
+                    parts = _LINE_END.split(out)
+                    if len(parts) > 1:
+                        lines += len(parts) - 1
+                        tail = parts[-1][-_TAIL_LIMIT:]
+                    else:
+                        tail = (tail + out)[-_TAIL_LIMIT:]
+    except (OSError, zlib.error):
+        return lines, "corrupt_file", None
+    if not fed:
+        return None
+    return lines, "truncated", tail.decode("utf-8", "replace") if tail else None
 
 
 def empty_source(spark: SparkSession) -> DataFrame:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -270,6 +271,17 @@ def test_bad_records_have_file_line_and_reason(spark: SparkSession, tmp_path: Pa
     (tmp_path / "logs" / "a.1.jsonl.gz").write_bytes(
         gzip.compress((json.dumps(dict(good[5], seq=10)) + "\n" + cut).encode())
     )
+    # A gzip file cut in the middle of its compressed stream, and one of garbage bytes: read
+    # up to the damage, which is a bad record of its own (the first line lost).
+    whole = gzip.compress(
+        "".join(
+            json.dumps(_line("z", i, float(i), "member.state_changed")) + "\n" for i in range(400)
+        ).encode()
+    )
+    (tmp_path / "logs" / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    readable = zlib.decompressobj(wbits=31).decompress(whole[: len(whole) // 2])
+    cut_line = readable.count(b"\n") + 1
+    (tmp_path / "logs" / "garbage.jsonl.gz").write_bytes(b"\x1f\x8b\x08" + bytes(range(256)) * 4)
     # A file big enough to be read in several splits (with the small split size set here)
     # still gets exact line numbers: each split's lines are counted from its file's start.
     big: list[Any] = []
@@ -303,6 +315,8 @@ def test_bad_records_have_file_line_and_reason(spark: SparkSession, tmp_path: Pa
     ]
     assert sorted(bad) == [
         ("a.1.jsonl.gz", 2, "truncated"),
+        ("cut.jsonl.gz", cut_line, "truncated"),
+        ("garbage.jsonl.gz", 1, "corrupt_file"),
         ("a.jsonl", 2, "malformed"),
         ("a.jsonl", 4, "duplicate"),
         ("a.jsonl", 5, "unknown_version"),
@@ -312,5 +326,8 @@ def test_bad_records_have_file_line_and_reason(spark: SparkSession, tmp_path: Pa
         ("a.jsonl", 10, "malformed"),
         ("a.jsonl", 12, "malformed"),
     ]
-    assert got.summary["events"] == 5 + 3000 and got.summary["bad_records"] == 9 + 6
+    assert got.summary["events"] == 5 + 3000 + cut_line - 1
+    assert got.summary["bad_records"] == 9 + 6 + 2
+    want = reference_tables(source_lines([str(tmp_path / "logs")]))
+    assert sorted(got.tables["bad_records"], key=str) == sorted(want["bad_records"], key=str)
     assert got.summary["duplicates"] == 1 and got.summary["out_of_order"] == 1
