@@ -8,10 +8,12 @@ collects for the summary and the report.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -143,15 +145,27 @@ def run_pipeline(
     # The judged rows carry each member's kept events as an array: read in batches of
     # 4096 rows by the vectorized reader they would not fit a small heap.
     conf.set("spark.sql.parquet.enableNestedColumnVectorizedReader", "false")
-    saved = conf.get(SORT_AGGREGATE_CONF[0], None)
-    conf.set(*SORT_AGGREGATE_CONF)
+    # The judging pass sorts every line by member: in partitions of about 16 MiB of input
+    # each sort fits the memory a task has (a few large ones would spill to disk again and
+    # again), and they are not coalesced back into large ones.
+    settings = dict(
+        [
+            SORT_AGGREGATE_CONF,
+            ("spark.sql.adaptive.coalescePartitions.enabled", "false"),
+            ("spark.sql.shuffle.partitions", str(_judge_partitions(spark, source))),
+        ]
+    )
+    saved = {key: conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        conf.set(key, value)
     try:
         judged = stage(judge(parse(source)), "judged")
     finally:
-        if saved is None:
-            conf.unset(SORT_AGGREGATE_CONF[0])
-        else:
-            conf.set(SORT_AGGREGATE_CONF[0], saved)
+        for key, old in saved.items():
+            if old is None:
+                conf.unset(key)
+            else:
+                conf.set(key, old)
     is_member = F.col("member_uid").isNotNull()
 
     def n_faults(reason: str) -> Column:
@@ -288,6 +302,20 @@ def run_pipeline(
     summary_df.coalesce(1).write.mode("overwrite").parquet(_fs.join(tables_dir, "summary"))
     res.tables["summary"] = [dict(summary)]
     return res
+
+
+def _judge_partitions(spark: SparkSession, source: DataFrame) -> int:
+    """Partitions for the judging pass: one per 16 MiB of input files (at least the
+    session's shuffle partitions)."""
+    base = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
+    size = 0
+    for uri in source.inputFiles():
+        if _fs.is_local(uri):
+            try:
+                size += os.path.getsize(unquote(urlparse(uri).path))
+            except OSError:
+                pass
+    return max(base, min(2000, size // (16 * 1024 * 1024) + 1))
 
 
 def collect_rows_raw(df: DataFrame) -> dict[str, Any]:

@@ -16,6 +16,10 @@ is inferred) and :func:`._judge.judge` judges the valid ones by member; a bad li
 ``truncated``
     A line that is not JSON and is the last line of its file (a writer died mid-line).
     Decided when line numbers are attached (:func:`bad_records`).
+``corrupt_file``
+    Where a ``.jsonl.gz`` file stops decompressing (and ``truncated`` where its gzip stream
+    ends early): the file is read up to there (``ignoreCorruptFiles``), and
+    :func:`damaged_files` locates the damage (local files only).
 ``unknown_version``
     ``v`` is an integer other than 1.
 ``duplicate``
