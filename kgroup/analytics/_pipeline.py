@@ -140,7 +140,7 @@ def run_pipeline(
         # With the schema given: an empty partitioned directory has none to infer.
         return spark.read.schema(df.schema).parquet(path)
 
-    progress("reading, validating and judging the event lines")
+    progress("reading and validating the event lines")
     conf = spark.conf
     # The judged rows carry each member's kept events as an array: read in batches of
     # 4096 rows by the vectorized reader they would not fit a small heap.
