@@ -122,8 +122,8 @@ def test_report_on_real_members(
     append_after(forced, uid["crashing"], takeover, seconds=2.0)
     judged = judge(parse(read_files(spark, [str(forced)])))
     # The survivor closes soon after its takeover, so the overlap is short: no allowance.
-    own = ownership(judged_events(judged), members(judged))
-    found = collect_rows(overlaps(own, 0.0), "overlaps")
+    intervals = ownership(judged_events(judged), members(judged))
+    found = collect_rows(overlaps(intervals, 0.0), "overlaps")
     assert found, "the forced overlap was not found"
     assert {(r["member_a"], r["member_b"]) for r in found} == {(uid["crashing"], uid["survivor"])}
     assert all(r["from_ts"] == takeover and r["seconds"] > 0 for r in found)
