@@ -1,9 +1,10 @@
 """The pipeline's stages, from a source of raw lines to the written tables.
 
 :func:`run_pipeline` is all of it. Each stage writes its result as Parquet and the next ones
-read that back: the events are parsed once (staged under ``<out>/_work``, removed at the
-end), every table is computed once, and the driver never holds more than the small rows it
-collects for the summary and the report.
+read that back: the lines are parsed and judged once, member by member (:mod:`._judge`: one
+row per member is staged under ``<out>/_work``, removed at the end), every table is computed
+once, and the driver never holds more than the small rows it collects for the summary and
+the report.
 """
 
 from __future__ import annotations
@@ -194,7 +195,6 @@ def run_pipeline(
         progress(f"{len(damaged):,} damaged compressed file(s): read up to the damage")
     # Every non-heartbeat event and the few heartbeats the generations need.
     events = judged_events(judged)
-    others = events
 
     progress("bad records")
     bad = bad_lines(judged_lines(judged), judged_faults(judged))
@@ -217,12 +217,12 @@ def run_pipeline(
     result: dict[str, DataFrame] = {}
 
     progress("ownership and generations")
-    own = stage(ownership(others, mem), "ownership")
+    own = stage(ownership(events, mem), "ownership")
     result["ownership"] = save(_ordered(own, "ownership"), "ownership")
     result["generations"] = save(_ordered(generations(events), "generations"), "generations")
 
     progress("rebalances")
-    reb = save(_ordered(rebalances(others, mem), "rebalances"), "rebalances")
+    reb = save(_ordered(rebalances(events, mem), "rebalances"), "rebalances")
     result["rebalances"] = reb
     result["rebalance_stats"] = save(
         _ordered(rebalance_stats(reb, groups), "rebalance_stats"), "rebalance_stats"
