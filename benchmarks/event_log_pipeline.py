@@ -18,8 +18,10 @@ reading the same files. Peak memory: every 0.2 s the benchmark reads ``VmHWM`` (
 kernel's peak resident set) of the measured process and of each of its descendants (the
 driver's JVM), keeps each process's highest, and reports their sum: for the Spark job that
 is the Python driver plus the JVM (in local mode the JVM is driver and executors at once),
-an upper bound of the peak of their sum. The JVM gets a 512 MiB heap, the parallel
-collector and a smaller code cache (``--driver-memory``, ``--driver-java-options``). The
+an upper bound of the peak of their sum. The JVM runs with the job's own settings for a
+local master (``kgroup.analytics.job.LOCAL_DEFAULTS``: a 512 MiB heap, the parallel
+collector, bounded code cache, metaspace and thread stacks), as a user gets them;
+``--driver-memory`` and ``--driver-java-options`` override them. The
 reference runs up to 2M events (``--reference-max-events``): it holds every event in
 memory.
 """
@@ -96,7 +98,7 @@ def _hwm_kib(pid: int) -> int:
 
 
 def _descendants(pid: int) -> list[int]:
-    out = []
+    out: list[int] = []
     try:
         children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
@@ -139,17 +141,23 @@ def main() -> int:
         "about 2 KiB each: 10M events would need about 20 GiB)",
     )
     parser.add_argument(
-        "--driver-memory", default="512m", help="the JVM heap (spark.driver.memory)"
+        "--driver-memory",
+        help="the JVM heap (spark.driver.memory); default: the job's own (512m on a local "
+        "master, kgroup.analytics.job.LOCAL_DEFAULTS)",
     )
     parser.add_argument(
         "--driver-java-options",
-        default="-XX:+UseParallelGC -XX:ReservedCodeCacheSize=128m -XX:MaxDirectMemorySize=128m",
-        help="spark.driver.extraJavaOptions (kept small: the target is 1 GiB in all)",
+        help="spark.driver.extraJavaOptions; default: the job's own",
     )
     args = parser.parse_args()
     env = dict(os.environ)
     env["PYTHONPATH"] = str(CHECKOUT) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    jvm = []
+    if args.driver_memory:
+        jvm += ["--conf", f"spark.driver.memory={args.driver_memory}"]
+    if args.driver_java_options:
+        jvm += ["--conf", f"spark.driver.extraJavaOptions={args.driver_java_options}"]
     rows = []
     for size in (int(s) for s in args.sizes.split(",")):
         logs = Path(args.dir) / str(size)
@@ -161,9 +169,7 @@ def main() -> int:
         wall, mib, _ = measure(
             [
                 sys.executable, "-m", "kgroup.analytics.job", str(logs), "--out", str(out),
-                "--master", "local[2]", "--no-html", "-q",
-                "--conf", f"spark.driver.memory={args.driver_memory}",
-                "--conf", f"spark.driver.extraJavaOptions={args.driver_java_options}",
+                "--master", "local[2]", "--no-html", "-q", *jvm,
                 "--conf", "spark.ui.enabled=false",
                 "--conf", "spark.driver.host=127.0.0.1",
             ],

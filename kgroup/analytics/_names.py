@@ -27,7 +27,9 @@ SCHEMA_VERSION = 1
 DEFAULT_CLOCK_SKEW_S = 0.1
 
 #: Why a line is a bad record, in the order the checks run.
-BAD_REASONS = ("malformed", "truncated", "unknown_version", "duplicate", "out_of_order")
+BAD_REASONS = (
+    "malformed", "truncated", "corrupt_file", "unknown_version", "duplicate", "out_of_order",
+)  # fmt: skip
 
 #: A member whose last event is one of these left gracefully; any other last event is a
 #: crash (its claims end at that event).

@@ -1,28 +1,39 @@
 """The pipeline's stages, from a source of raw lines to the written tables.
 
 :func:`run_pipeline` is all of it. Each stage writes its result as Parquet and the next ones
-read that back: the events are parsed once (staged under ``<out>/_work``, removed at the
-end), every table is computed once, and the driver never holds more than the small rows it
-collects for the summary and the report.
+read that back: the lines are parsed and judged once, member by member (:mod:`._judge`: one
+row per member is staged under ``<out>/_work``, removed at the end), every table is computed
+once, and the driver never holds more than the small rows it collects for the summary and
+the report.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote, urlparse
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import _fs
 from ._churn import churn
 from ._heartbeats import heartbeat_failures, heartbeat_health, heartbeat_histogram
+from ._judge import (
+    SORT_AGGREGATE_CONF,
+    blocks,
+    judge,
+    judged_events,
+    judged_faults,
+    judged_lines,
+)
 from ._members import members
 from ._names import TABLES, TIMESTAMP_COLUMNS
 from ._ownership import generations, ownership
-from ._read import bad_lines, bad_records, event_faults, parse, valid_events
+from ._read import bad_lines, bad_records, damaged_files, parse
 from ._rebalances import rebalance_stats, rebalances
 from ._safety import overlaps
 from ._unavailability import unavailability, unavailability_by_rebalance
@@ -131,45 +142,87 @@ def run_pipeline(
         return spark.read.schema(df.schema).parquet(path)
 
     progress("reading and validating the event lines")
-    parsed = stage(parse(source), "parsed", partition_by="kind")
-    progress("duplicates and out-of-order events")
-    faults = stage(event_faults(parsed), "faults")
-    counts: dict[str, int] = {}
-    for df, column in ((parsed, "line_reason"), (faults, "reason")):
-        for r in df.groupBy(column).count().collect():
-            key = r[column] or ""
-            counts[key] = counts.get(key, 0) + int(r["count"])
-    n_faults = counts.get("duplicate", 0) + counts.get("out_of_order", 0)
-    n_bad = sum(v for k, v in counts.items() if k)
-    n_events = counts.get("", 0) - n_faults
+    conf = spark.conf
+    # The judged rows carry each member's kept events as an array: read in batches of
+    # 4096 rows by the vectorized reader they would not fit a small heap.
+    conf.set("spark.sql.parquet.enableNestedColumnVectorizedReader", "false")
+    # The judging pass sorts every line by member: in partitions of about 16 MiB of input
+    # each sort fits the memory a task has (a few large ones would spill to disk again and
+    # again), and they are not coalesced back into large ones.
+    settings = dict(
+        [
+            SORT_AGGREGATE_CONF,
+            ("spark.sql.adaptive.coalescePartitions.enabled", "false"),
+            ("spark.sql.shuffle.partitions", str(_judge_partitions(spark, source))),
+        ]
+    )
+    saved = {key: conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        conf.set(key, value)
+    try:
+        judged = stage(judge(parse(source)), "judged")
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                conf.unset(key)
+            else:
+                conf.set(key, old)
+    is_member = F.col("member_uid").isNotNull()
+
+    def n_faults(reason: str) -> Column:
+        return F.sum(F.size(F.filter("faults", lambda f: f["reason"] == reason)))
+
+    totals = collect_rows_raw(
+        judged.agg(
+            F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
+            F.count(F.when(~is_member, 1)).alias("lines"),
+            F.coalesce(n_faults("duplicate"), F.lit(0)).alias("duplicate"),
+            F.coalesce(n_faults("out_of_order"), F.lit(0)).alias("out_of_order"),
+            F.count(F.when(is_member, 1)).alias("members"),
+            F.countDistinct(F.when(is_member, F.col("group"))).alias("groups"),
+            F.min("first_ts").alias("first_ts"),
+            F.max("last_ts").alias("last_ts"),
+        )
+    )
+    counts = {k: int(totals[k]) for k in ("events", "lines", "duplicate", "out_of_order")}
+    n_events = counts["events"]
+    n_bad = counts["lines"] + counts["duplicate"] + counts["out_of_order"]
+    # Damaged gzip files: read up to the damage; the damage is a bad record of its own.
+    damaged = [] if numbered_by_pos else damaged_files(source.inputFiles())
+    n_bad += len(damaged)
     progress(f"read {n_events + n_bad:,} lines: {n_events:,} events, {n_bad:,} bad records")
-    events = valid_events(parsed, faults if n_faults else None)
-    # Most metrics need no heartbeat: reading only the other partition skips nine lines
-    # in ten.
-    others = events.where(F.col("kind") == "other")
-    beats = events.where(F.col("kind") == "heartbeat")
+    if damaged:
+        progress(f"{len(damaged):,} damaged compressed file(s): read up to the damage")
+    # Every non-heartbeat event and the few heartbeats the generations need.
+    events = judged_events(judged)
 
     progress("bad records")
-    bad = bad_lines(parsed, faults)
+    bad = bad_lines(judged_lines(judged), judged_faults(judged))
     if n_bad:
-        bad = bad_records(bad, parsed, numbered_by_pos=numbered_by_pos)
+        bad = bad_records(bad, None if numbered_by_pos else blocks(judged))
     else:
         bad = bad.select("file", F.col("pos").alias("line"), "reason", "member_uid", "seq", "text")
+    if damaged:
+        bad = bad.unionByName(
+            spark.createDataFrame(
+                [(f, line, reason, None, None, text) for f, line, reason, text in damaged],
+                "file string, line long, reason string, member_uid string, seq long, text string",
+            )
+        )
     bad = save(bad, "bad_records")
 
-    progress("members")
-    mem = stage(members(events), "members")
+    mem = members(judged)
     groups = mem.select("group").distinct()
     group_last = mem.groupBy("group").agg(F.max("last_ts").alias("last_ts"))
     result: dict[str, DataFrame] = {}
 
     progress("ownership and generations")
-    own = stage(ownership(others, mem), "ownership")
+    own = stage(ownership(events, mem), "ownership")
     result["ownership"] = save(_ordered(own, "ownership"), "ownership")
     result["generations"] = save(_ordered(generations(events), "generations"), "generations")
 
     progress("rebalances")
-    reb = save(_ordered(rebalances(others, mem), "rebalances"), "rebalances")
+    reb = save(_ordered(rebalances(events, mem), "rebalances"), "rebalances")
     result["rebalances"] = reb
     result["rebalance_stats"] = save(
         _ordered(rebalance_stats(reb, groups), "rebalance_stats"), "rebalance_stats"
@@ -188,35 +241,28 @@ def run_pipeline(
 
     progress("heartbeat health")
     result["heartbeat_health"] = save(
-        _ordered(heartbeat_health(events, mem), "heartbeat_health"), "heartbeat_health"
+        _ordered(heartbeat_health(judged), "heartbeat_health"), "heartbeat_health"
     )
     result["heartbeat_failures"] = save(
-        _ordered(heartbeat_failures(beats), "heartbeat_failures"), "heartbeat_failures"
+        _ordered(heartbeat_failures(judged), "heartbeat_failures"), "heartbeat_failures"
     )
     result["heartbeat_histogram"] = save(
-        _ordered(heartbeat_histogram(beats), "heartbeat_histogram"), "heartbeat_histogram"
+        _ordered(heartbeat_histogram(judged), "heartbeat_histogram"), "heartbeat_histogram"
     )
 
     progress("safety: overlapping claims")
     result["overlaps"] = save(_ordered(overlaps(own, clock_skew_s), "overlaps"), "overlaps")
 
     progress("summary")
-    span = mem.agg(
-        F.count(F.lit(1)).alias("members"),
-        F.countDistinct("group").alias("groups"),
-        F.min("first_ts").alias("first_ts"),
-        F.max("last_ts").alias("last_ts"),
-    )
-    span_row = collect_rows_raw(span)
     summary: dict[str, Any] = {
         "events": n_events,
         "bad_records": n_bad,
-        "duplicates": counts.get("duplicate", 0),
-        "out_of_order": counts.get("out_of_order", 0),
-        "groups": int(span_row["groups"]),
-        "members": int(span_row["members"]),
-        "first_ts": span_row["first_ts"],
-        "last_ts": span_row["last_ts"],
+        "duplicates": counts["duplicate"],
+        "out_of_order": counts["out_of_order"],
+        "groups": int(totals["groups"]),
+        "members": int(totals["members"]),
+        "first_ts": totals["first_ts"],
+        "last_ts": totals["last_ts"],
         "job_seconds": 0.0,
     }
     res = PipelineResult(summary, overlaps=result["overlaps"].count())
@@ -256,6 +302,20 @@ def run_pipeline(
     summary_df.coalesce(1).write.mode("overwrite").parquet(_fs.join(tables_dir, "summary"))
     res.tables["summary"] = [dict(summary)]
     return res
+
+
+def _judge_partitions(spark: SparkSession, source: DataFrame) -> int:
+    """Partitions for the judging pass: one per 16 MiB of input files (at least the
+    session's shuffle partitions)."""
+    base = int(spark.conf.get("spark.sql.shuffle.partitions") or 2)
+    size = 0
+    for uri in source.inputFiles():
+        if _fs.is_local(uri):
+            try:
+                size += os.path.getsize(unquote(urlparse(uri).path))
+            except OSError:
+                pass
+    return max(base, min(2000, size // (16 * 1024 * 1024) + 1))
 
 
 def collect_rows_raw(df: DataFrame) -> dict[str, Any]:

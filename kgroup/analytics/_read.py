@@ -7,7 +7,7 @@ order-preserving position: Spark's ``monotonically_increasing_id`` for files, th
 Kafka). :func:`read_files` and :mod:`._kafka` make sources.
 
 :func:`parse` parses each line against :data:`EVENT_SCHEMA` (an explicit schema: nothing
-is inferred) and :func:`event_faults` judges the valid ones by member; a bad line gets a
+is inferred) and :func:`._judge.judge` judges the valid ones by member; a bad line gets a
 ``reason``, in this order:
 
 ``malformed``
@@ -16,6 +16,10 @@ is inferred) and :func:`event_faults` judges the valid ones by member; a bad lin
 ``truncated``
     A line that is not JSON and is the last line of its file (a writer died mid-line).
     Decided when line numbers are attached (:func:`bad_records`).
+``corrupt_file``
+    Where a ``.jsonl.gz`` file stops decompressing (and ``truncated`` where its gzip stream
+    ends early): the file is read up to there (``ignoreCorruptFiles``), and
+    :func:`damaged_files` locates the damage (local files only).
 ``unknown_version``
     ``v`` is an integer other than 1.
 ``duplicate``
@@ -35,6 +39,10 @@ splits.
 
 from __future__ import annotations
 
+import re
+import zlib
+from urllib.parse import unquote, urlparse
+
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -47,11 +55,10 @@ __all__ = [
     "HEARTBEATS",
     "bad_lines",
     "bad_records",
+    "damaged_files",
     "empty_source",
-    "event_faults",
     "parse",
     "read_files",
-    "valid_events",
 ]
 
 _TP = T.ArrayType(
@@ -100,6 +107,8 @@ _REQUIRED = ("v", "ts", "seq", "member_uid", "event", "group", "host", "pid", "c
 #: The columns of a valid event, as the metric modules see them (``ts`` a timestamp).
 EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA.fields if f.name not in ("v", _CORRUPT))
 
+_LINE_END = re.compile(rb"\r\n|\n|\r")
+
 _TS_FORMAT = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSX"
 _TS_LENGTH = len("2026-11-26T07:01:02.123456Z")
 
@@ -117,7 +126,9 @@ def read_files(spark: SparkSession, paths: list[str]) -> DataFrame:
     """Every ``*.jsonl`` and ``*.jsonl.gz`` file under ``paths`` (recursively; local paths or
     any URI Spark's Hadoop file systems understand) as a source of raw lines."""
     raw = (
+        # A damaged gzip file is read up to the damage (see damaged_files), not fatal.
         spark.read.option("recursiveFileLookup", "true")
+        .option("ignoreCorruptFiles", "true")
         .option("pathGlobFilter", "*.{jsonl,jsonl.gz}")
         .text(paths)
     )
@@ -127,6 +138,70 @@ def read_files(spark: SparkSession, paths: list[str]) -> DataFrame:
         F.col("_metadata.file_block_start").alias("blk"),
         F.monotonically_increasing_id().alias("pos"),
     )
+
+
+#: A damaged compressed file: its URI (as Spark names it), the number of the first line
+#: lost (1-based), the reason (``truncated`` or ``corrupt_file``) and the text of the
+#: incomplete line at the damage (``truncated`` only; None when there is none).
+DamagedFile = tuple[str, int, str, str | None]
+
+_CHUNK = 1 << 20
+_TAIL_LIMIT = 1 << 20
+
+
+def damaged_files(files: list[str]) -> list[DamagedFile]:
+    """The gzip files among ``files`` (URIs, as ``DataFrame.inputFiles`` gives them) that
+    end before their end-of-stream marker (``truncated``) or do not decompress
+    (``corrupt_file``): Spark reads such a file up to the damage (``ignoreCorruptFiles``),
+    and this says where that was. Only files on this machine's file system are checked
+    (one streaming decompression each, on the driver)."""
+    found = []
+    for uri in files:
+        if not uri.endswith(".gz") or urlparse(uri).scheme not in ("", "file"):
+            continue
+        damage = _gzip_damage(unquote(urlparse(uri).path))
+        if damage is not None:
+            lines, reason, tail = damage
+            name = "file:" + uri[len("file://") :] if uri.startswith("file:///") else uri
+            found.append((name, lines + 1, reason, tail))
+    return found
+
+
+def _gzip_damage(path: str) -> tuple[int, str, str | None] | None:
+    """None for a whole gzip file; else the complete lines before the damage (a line ends
+    with LF, CR LF or CR, as Spark's text reader splits them), the reason and the
+    incomplete line's text."""
+    lines = 0
+    tail = b""
+    pending_cr = False
+    decoder = zlib.decompressobj(wbits=31)
+    fed = False  # the current gzip member has started
+    try:
+        with open(path, "rb") as handle:
+            while data := handle.read(_CHUNK):
+                while data:
+                    fed = True
+                    out = decoder.decompress(data)
+                    data = b""
+                    if decoder.eof:  # another gzip member may follow
+                        data = decoder.unused_data
+                        decoder = zlib.decompressobj(wbits=31)
+                        fed = False
+                    if pending_cr and out.startswith(b"\n"):
+                        out = out[1:]
+                    if out:
+                        pending_cr = out.endswith(b"\r")
+                    parts = _LINE_END.split(out)
+                    if len(parts) > 1:
+                        lines += len(parts) - 1
+                        tail = parts[-1][-_TAIL_LIMIT:]
+                    else:
+                        tail = (tail + out)[-_TAIL_LIMIT:]
+    except (OSError, zlib.error):
+        return lines, "corrupt_file", None
+    if not fed:
+        return None
+    return lines, "truncated", tail.decode("utf-8", "replace") if tail else None
 
 
 def empty_source(spark: SparkSession) -> DataFrame:
@@ -166,8 +241,17 @@ def parse(source: DataFrame) -> DataFrame:
         "blk",
         "pos",
         "value",
-        F.from_json(
-            "value", EVENT_SCHEMA, {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT}
+        # A generator over a one-element array: the parsed struct is computed once per line
+        # and never inlined into a later filter (a filter pushed below a projection would
+        # parse the line again for every field it reads).
+        F.explode(
+            F.array(
+                F.from_json(
+                    "value",
+                    EVENT_SCHEMA,
+                    {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": _CORRUPT},
+                )
+            )
         ).alias("p"),
     )
     p = F.col("p")
@@ -200,44 +284,15 @@ def parse(source: DataFrame) -> DataFrame:
     )
 
 
-def event_faults(parsed: DataFrame) -> DataFrame:
-    """The valid lines of ``parsed`` that are duplicates or out of order: file, blk, pos,
-    reason, member_uid, seq. The one shuffle of the read, and a narrow one: only these
-    columns of the valid lines, by member, ordered by ``(seq, file, pos)``."""
-    valid = parsed.where(F.col("line_reason").isNull()).select(
-        "member_uid", "seq", "ts", "file", "blk", "pos"
-    )
-    w = Window.partitionBy("member_uid").orderBy("seq", "file", "pos")
-    before = w.rowsBetween(Window.unboundedPreceding, -1)
-    reason = (
-        F.when(F.lag("seq").over(w) == F.col("seq"), F.lit("duplicate"))
-        .when(F.col("ts") < F.max("ts").over(before), F.lit("out_of_order"))
-        .otherwise(F.lit(None).cast("string"))
-    )
-    judged = valid.select("file", "blk", "pos", reason.alias("reason"), "member_uid", "seq")
-    return judged.where(F.col("reason").isNotNull())
-
-
-def valid_events(parsed: DataFrame, faults: DataFrame | None) -> DataFrame:
-    """The events: the valid lines of ``parsed`` less ``faults`` (None: there are none),
-    with ``kind``."""
-    events = parsed.where(F.col("line_reason").isNull())
-    if faults is not None:
-        events = events.join(
-            F.broadcast(faults.select("file", "pos")), ["file", "pos"], "left_anti"
-        )
-    return events.select(*EVENT_COLUMNS, "kind")
-
-
-def bad_lines(parsed: DataFrame, faults: DataFrame) -> DataFrame:
-    """Every bad line, from both checks: file, blk, pos, reason, json_ok, member_uid and
-    seq (for duplicates and out-of-order events), text (for the lines that are not
-    events)."""
-    lines = parsed.where(F.col("line_reason").isNotNull()).select(
+def bad_lines(lines: DataFrame, faults: DataFrame) -> DataFrame:
+    """Every bad line, from both checks (:func:`._judge.judged_lines` and
+    :func:`._judge.judged_faults`): file, blk, pos, reason, json_ok, member_uid and seq
+    (for duplicates and out-of-order events), text (for the lines that are not events)."""
+    not_events = lines.select(
         "file",
         "blk",
         "pos",
-        F.col("line_reason").alias("reason"),
+        "reason",
         "json_ok",
         F.lit(None).cast("string").alias("member_uid"),
         F.lit(None).cast("long").alias("seq"),
@@ -253,24 +308,20 @@ def bad_lines(parsed: DataFrame, faults: DataFrame) -> DataFrame:
         "seq",
         F.lit(None).cast("string").alias("text"),
     )
-    return lines.unionByName(events)
+    return not_events.unionByName(events)
 
 
-def bad_records(bad: DataFrame, lines: DataFrame, *, numbered_by_pos: bool) -> DataFrame:
+def bad_records(bad: DataFrame, blocks: DataFrame | None) -> DataFrame:
     """The ``bad_records`` table (file, line, reason, member_uid, seq, text) from
     :func:`bad_lines`, with line numbers (1-based).
 
-    ``numbered_by_pos``: ``pos`` is already the line's number (Kafka: the offset);
-    otherwise lines are counted per file split from ``lines``, every line with its
-    ``file``, ``blk`` and ``pos`` (the staged :func:`parse` output: only those three
-    columns are read)."""
-    if numbered_by_pos:
+    ``blocks`` None: ``pos`` is already the line's number (Kafka: the offset); otherwise
+    ``blocks`` has, per file split (``file``, ``blk``), its first position ``first_pos``
+    and its number of lines ``n`` (:func:`._judge.blocks`), and lines are counted per split."""
+    if blocks is None:
         return bad.select("file", F.col("pos").alias("line"), "reason", "member_uid", "seq", "text")
-    blocks = lines.groupBy("file", "blk").agg(
-        F.min("pos").alias("first_pos"), F.count(F.lit(1)).alias("n")
-    )
     wf = Window.partitionBy("file").orderBy("blk")
-    blocks = blocks.select(
+    numbered = blocks.select(
         "file",
         "blk",
         "first_pos",
@@ -279,7 +330,7 @@ def bad_records(bad: DataFrame, lines: DataFrame, *, numbered_by_pos: bool) -> D
         ),
         F.sum("n").over(Window.partitionBy("file")).alias("file_lines"),
     )
-    joined = bad.join(F.broadcast(blocks), ["file", "blk"], "left")
+    joined = bad.join(F.broadcast(numbered), ["file", "blk"], "left")
     line = F.col("pos") - F.col("first_pos") + F.col("before") + 1
     truncated = (F.col("reason") == "malformed") & ~F.col("json_ok") & (line == F.col("file_lines"))
     return joined.select(

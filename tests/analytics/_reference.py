@@ -10,11 +10,11 @@ exactly (floats to 1e-9 only where sums or quantiles are involved).
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 import os
 import re
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,7 +29,7 @@ from kgroup.analytics._names import (
     UNKNOWN_MEMBER_ID,
 )
 
-__all__ = ["Reference", "fmt", "percentile", "reference_tables", "source_lines"]
+__all__ = ["Damage", "Reference", "fmt", "percentile", "reference_tables", "source_lines"]
 
 _TS = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{6}Z$")
 _LINE_END = re.compile(rb"\r\n|\n|\r")
@@ -93,17 +93,58 @@ def source_lines(paths: Iterable[str]) -> list[tuple[str, list[str]]]:
                     continue
                 if name.endswith((".jsonl", ".jsonl.gz")):
                     files.append(os.path.abspath(os.path.join(root, name)))
-    out = []
+    out: list[tuple[str, list[Any]]] = []
     for f in sorted(files):
-        with open(f, "rb") as handle:
-            data = handle.read()
+        reason = None
         if f.endswith(".gz"):
-            data = gzip.decompress(data)
+            data, reason = _gunzip(f)
+        else:
+            with open(f, "rb") as handle:
+                data = handle.read()
         parts = _LINE_END.split(data)
-        if parts and parts[-1] == b"":
+        lines: list[Any] = []
+        if reason is not None:
+            # Only the complete lines before the damage are read; the damage is the next.
+            cut = parts.pop().decode("utf-8", "replace")
+            lines.append(Damage(reason, (cut or None) if reason == "truncated" else None))
+        elif parts and parts[-1] == b"":
             parts.pop()
-        out.append(("file:" + f, [b.decode("utf-8", "replace") for b in parts]))
+        lines[:0] = [b.decode("utf-8", "replace") for b in parts]
+        out.append(("file:" + f, lines))
     return out
+
+
+@dataclass(frozen=True)
+class Damage:
+    """The end of a damaged gzip file's lines: why, and the incomplete line's text."""
+
+    reason: str
+    text: str | None
+
+
+def _gunzip(path: str) -> tuple[bytes, str | None]:
+    """The bytes that decompress, and None, ``truncated`` (the stream ends early) or
+    ``corrupt_file`` (it does not decompress: what decompressed before the failing MiB of
+    input, as the job's check counts it)."""
+    out = []
+    decoder = zlib.decompressobj(wbits=31)
+    started = False
+    with open(path, "rb") as handle:
+        while chunk := handle.read(1 << 20):
+            while chunk:
+                started = True
+                try:
+                    out.append(decoder.decompress(chunk))
+                except zlib.error:
+                    return b"".join(out), "corrupt_file"
+                chunk = b""
+                if decoder.eof:
+                    chunk, decoder, started = (
+                        decoder.unused_data,
+                        zlib.decompressobj(wbits=31),
+                        False,
+                    )
+    return b"".join(out), ("truncated" if started else None)
 
 
 def _typed(obj: dict[str, Any]) -> tuple[dict[str, Any], bool]:
@@ -169,8 +210,20 @@ def reference_tables(
     bad: list[dict[str, Any]] = []
     cands: list[tuple[dict[str, Any], str, int, int]] = []  # event, file, pos, line
     for file, lines in sources:
-        n = len(lines)
+        n = sum(1 for item in lines if not isinstance(item, Damage))
         for i, item in enumerate(lines):
+            if isinstance(item, Damage):
+                bad.append(
+                    {
+                        "file": file,
+                        "line": i + 1,
+                        "reason": item.reason,
+                        "member_uid": None,
+                        "seq": None,
+                        "text": item.text,
+                    }
+                )
+                continue
             pos: int
             line: str
             number: int

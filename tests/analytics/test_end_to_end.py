@@ -25,10 +25,11 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+from kgroup.analytics._judge import judge, judged_events
 from kgroup.analytics._members import members
 from kgroup.analytics._ownership import ownership
 from kgroup.analytics._pipeline import collect_rows, run_pipeline
-from kgroup.analytics._read import event_faults, parse, read_files, valid_events
+from kgroup.analytics._read import parse, read_files
 from kgroup.analytics._safety import overlaps
 from kgroup.testing import KafkaBroker
 from kgroup.testing._members import MemberGroup
@@ -119,10 +120,10 @@ def test_report_on_real_members(
     own = [o for o in tables["ownership"] if o["member_uid"] == uid["survivor"]]
     takeover = max(o["from_ts"] for o in own)
     append_after(forced, uid["crashing"], takeover, seconds=2.0)
-    parsed = parse(read_files(spark, [str(forced)]))
-    events = valid_events(parsed, event_faults(parsed))
+    judged = judge(parse(read_files(spark, [str(forced)])))
     # The survivor closes soon after its takeover, so the overlap is short: no allowance.
-    found = collect_rows(overlaps(ownership(events, members(events)), 0.0), "overlaps")
+    intervals = ownership(judged_events(judged), members(judged))
+    found = collect_rows(overlaps(intervals, 0.0), "overlaps")
     assert found, "the forced overlap was not found"
     assert {(r["member_a"], r["member_b"]) for r in found} == {(uid["crashing"], uid["survivor"])}
     assert all(r["from_ts"] == takeover and r["seconds"] > 0 for r in found)

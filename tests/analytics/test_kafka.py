@@ -8,9 +8,13 @@ same records (each partition a "file", each offset its line number).
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
+import signal
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from pyspark.sql import SparkSession
 
+from kgroup.analytics._command import add_arguments
+from kgroup.analytics._command import run as run_command
 from kgroup.analytics._kafka import kafka_source, start_stream
 from kgroup.analytics._pipeline import PipelineResult, run_pipeline
 from kgroup.testing import KafkaBroker
@@ -135,3 +141,51 @@ def test_streaming_keeps_the_tables_current(
     finally:
         query.stop()
     assert query.exception() is None
+
+
+def test_report_stream_command_runs_until_stopped(
+    kafka_spark: SparkSession,
+    kafka_broker: KafkaBroker,
+    make_topic: Callable[..., str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``kgroup report --stream``'s command path on the shared session: it writes the
+    summary after a micro-batch and stops cleanly (exit 0) on SIGTERM."""
+    topic = make_topic(PARTITIONS)
+    records = asyncio.run(produce(kafka_broker.bootstrap, topic, event_lines(51)))
+    out = tmp_path / "out"
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(
+        [
+            "--out", str(out), "--kafka-bootstrap", kafka_broker.bootstrap,
+            "--kafka-topic", topic, "--stream", "--trigger-seconds", "0.5", "--no-html",
+        ]
+    )  # fmt: skip
+    guard = signal.getsignal(signal.SIGTERM)
+    stopped = threading.Event()
+
+    def stop_when_written() -> None:
+        # Once the command's own handler is in place and a micro-batch wrote the summary.
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not stopped.is_set():
+            if (out / "summary.json").exists() and signal.getsignal(signal.SIGTERM) != guard:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+            time.sleep(0.1)
+
+    watcher = threading.Thread(target=stop_when_written, daemon=True)
+    watcher.start()
+    try:
+        code = run_command(args)
+    finally:
+        stopped.set()
+        watcher.join()
+    assert code == 0
+    assert signal.getsignal(signal.SIGTERM) == guard  # the handler is put back
+    summary = json.loads((out / "summary.json").read_text())
+    want = expected(topic, records)["summary"][0]
+    assert (summary["events"], summary["bad_records"]) == (want["events"], 2)
+    printed = capsys.readouterr().out
+    assert "streaming from" in printed and "streaming stopped" in printed

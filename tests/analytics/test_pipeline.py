@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +21,11 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from kgroup.analytics import TABLES
+from kgroup.analytics._judge import judge, judged_events
 from kgroup.analytics._members import members
 from kgroup.analytics._ownership import ownership
 from kgroup.analytics._pipeline import PipelineResult, collect_rows, run_pipeline
-from kgroup.analytics._read import empty_source, event_faults, parse, read_files, valid_events
+from kgroup.analytics._read import empty_source, parse, read_files
 from kgroup.analytics._safety import overlaps
 from tests.analytics._compare import assert_tables_equal
 from tests.analytics._logs import Options, fmt_ts, simulate, write_logs
@@ -51,8 +53,8 @@ def ownership_of(spark: SparkSession, logs: Path) -> DataFrame:
     """The ownership intervals of the logs under ``logs`` (with ``from_seq``, as the
     overlap check reads them), without running the rest of the pipeline."""
     parsed = parse(read_files(spark, [str(logs)]))
-    events = valid_events(parsed, event_faults(parsed))
-    return ownership(events, members(events))
+    judged = judge(parsed)
+    return ownership(judged_events(judged), members(judged))
 
 
 def check_summary(got: dict[str, Any], want: dict[str, Any]) -> None:
@@ -269,6 +271,17 @@ def test_bad_records_have_file_line_and_reason(spark: SparkSession, tmp_path: Pa
     (tmp_path / "logs" / "a.1.jsonl.gz").write_bytes(
         gzip.compress((json.dumps(dict(good[5], seq=10)) + "\n" + cut).encode())
     )
+    # A gzip file cut in the middle of its compressed stream, and one of garbage bytes: read
+    # up to the damage, which is a bad record of its own (the first line lost).
+    whole = gzip.compress(
+        "".join(
+            json.dumps(_line("z", i, float(i), "member.state_changed")) + "\n" for i in range(400)
+        ).encode()
+    )
+    (tmp_path / "logs" / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])
+    readable = zlib.decompressobj(wbits=31).decompress(whole[: len(whole) // 2])
+    cut_line = readable.count(b"\n") + 1
+    (tmp_path / "logs" / "garbage.jsonl.gz").write_bytes(b"\x1f\x8b\x08" + bytes(range(256)) * 4)
     # A file big enough to be read in several splits (with the small split size set here)
     # still gets exact line numbers: each split's lines are counted from its file's start.
     big: list[Any] = []
@@ -310,6 +323,11 @@ def test_bad_records_have_file_line_and_reason(spark: SparkSession, tmp_path: Pa
         ("a.jsonl", 9, "malformed"),
         ("a.jsonl", 10, "malformed"),
         ("a.jsonl", 12, "malformed"),
+        ("cut.jsonl.gz", cut_line, "truncated"),
+        ("garbage.jsonl.gz", 1, "corrupt_file"),
     ]
-    assert got.summary["events"] == 5 + 3000 and got.summary["bad_records"] == 9 + 6
+    assert got.summary["events"] == 5 + 3000 + cut_line - 1
+    assert got.summary["bad_records"] == 9 + 6 + 2
+    want = reference_tables(source_lines([str(tmp_path / "logs")]))
+    assert sorted(got.tables["bad_records"], key=str) == sorted(want["bad_records"], key=str)
     assert got.summary["duplicates"] == 1 and got.summary["out_of_order"] == 1
