@@ -40,6 +40,7 @@ from kgroup.testing.messages import FindCoordinatorRequest, FindCoordinatorRespo
 
 from ._groups import BRIDGE
 from ._sched import Failure, Future, Handle
+from ._world848 import consumer_config
 
 if TYPE_CHECKING:
     from ._world import Conn, World
@@ -349,21 +350,25 @@ class Process:
         topics: tuple[str, ...] = ()
         if kind.protocol:
             self.protocol = kind.make_protocol(int(slot.removeprefix("m")))
-        else:
+        elif not kind.consumer_protocol:
             assignors = world.slot_assignors[slot]
             topics = tuple(t for t, _ in params.topics)
-        self.config = GroupConfig(
-            bootstrap_servers="b0:9092",
-            group_id=GROUP,
-            topics=topics,
-            assignors=assignors,
-            group_instance_id=instance_id,
-            session_timeout_ms=params.session_ms,
-            heartbeat_interval_ms=params.heartbeat_ms,
-            max_poll_interval_ms=params.max_poll_ms,
-            request_timeout_ms=params.request_timeout_ms,
-            client_id=slot,
-            handoff_on_close=handoff_on_close(params.seed, self.holder),
+        self.config = (
+            consumer_config(params, slot, instance_id)
+            if kind.consumer_protocol
+            else GroupConfig(
+                bootstrap_servers="b0:9092",
+                group_id=GROUP,
+                topics=topics,
+                assignors=assignors,
+                group_instance_id=instance_id,
+                session_timeout_ms=params.session_ms,
+                heartbeat_interval_ms=params.heartbeat_ms,
+                max_poll_interval_ms=params.max_poll_ms,
+                request_timeout_ms=params.request_timeout_ms,
+                client_id=slot,
+                handoff_on_close=handoff_on_close(params.seed, self.holder),
+            )
         )
         #: Seen by the world: False once crashed or closed.
         self.alive = True
@@ -376,6 +381,9 @@ class Process:
         self.paused_until = 0.0
         self.blackholed_until = 0.0
         self.slow_polls = 0
+        #: Clear while the application is inside member.poll() (``close_mid_poll``).
+        self.between_polls = asyncio.Event()
+        self.between_polls.set()
         self.completed_generation = -1
         self.observed_valid_until: float | None = None
         self.loop = ProcessLoop(self)
@@ -481,7 +489,9 @@ class Process:
         if core is None:
             return
         # valid_until is None while nothing is held; skip computing it then (hot path).
-        if (
+        if self.world.params.kind.consumer_protocol:
+            self.observed_valid_until = core.valid_until
+        elif (
             self.member.assignment
             or self.member._shared.releasing
             or core._lease_expired_at is not None
@@ -547,7 +557,11 @@ class Process:
             await member.start()
             while True:
                 try:
-                    await member.poll(world.rng.uniform(0, heartbeat_ms) / 1000.0)
+                    self.between_polls.clear()
+                    try:
+                        await member.poll(world.rng.uniform(0, heartbeat_ms) / 1000.0)
+                    finally:
+                        self.between_polls.set()
                 except FencedInstanceId as fatal:
                     if self.instance_id is None:
                         raise
@@ -637,6 +651,8 @@ class Process:
     async def _close(self, done: Future) -> None:
         world = self.world
         try:
+            if "close_mid_poll" in world.workarounds:  # _world848.WORKAROUNDS
+                await self.between_polls.wait()
             self.app.cancel()
             await asyncio.gather(self.app, return_exceptions=True)
             await self.member.close()
