@@ -17,14 +17,22 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from kgroup import GroupConfig, MemberState
-from kgroup._core._kip848_actions import HeartbeatAction, HeartbeatIdle
+from kgroup._core._kip848_actions import (
+    HeartbeatAction,
+    HeartbeatIdle,
+    PollAction,
+    PollIdle,
+    SendConsumerHeartbeat,
+)
 from kgroup._core._kip848_heartbeat import HeartbeatDriver
 from kgroup._core._kip848_member import ConsumerProtocolMember
+from kgroup._core._kip848_reconcile import PollDriver
 from kgroup._core._kip848_state import ConsumerState, IdPartition
 from kgroup._errors import ErrorCode
 from kgroup._runtime._kip848 import ConsumerProtocolRuntime
@@ -38,7 +46,7 @@ from kgroup.testing.messages import (
     MetadataTopic,
 )
 
-from ._model_848 import ConsumerGroupModel, MemberState848, topic_id
+from ._model_848 import ConsumerGroupModel, MemberState848, by_topic, topic_id
 
 if TYPE_CHECKING:
     from ._process import Process
@@ -129,7 +137,33 @@ def deterministic_member_ids(seed: int) -> Iterator[None]:
 #: nothing to do and waits for a poll wake-up that is already set: it loops without ever
 #: yielding. The workaround: the simulated application closes only between polls.
 #: :func:`spin_guard` turns the hang into a ``livelock`` failure when it is off.
-WORKAROUNDS = ("busy_idle", "close_mid_poll")
+#:
+#: ``lease_first``: a member that drops out of the group while it holds partitions (a
+#: fenced answer, or the poll timer) does not report ``member.lease_expired`` at the real
+#: deadline: the poll timer reports the poll deadline even when the session bound ran
+#: out first (after a pause), and a fenced answer reports nothing at all, while
+#: ``valid_until`` turns to minus infinity, so the hold runs on to the lost callback at the
+#: next poll(). The workaround checks the lease first at those entry points (the lease's
+#: rule: "every core entry point first checks now against the proofs known before the
+#: call"), and reports ``member.lease_expired`` at the fence (or the lease, if earlier)
+#: when an answer fences a member that holds partitions.
+#:
+#: ``ack_owned``: the acknowledgement of a reconciliation carries TopicPartitions only when
+#: the owned set differs from the last one sent, not once per new target (spec §10.5 step
+#: 1, Java's local assignment epoch). A member whose target dropped a partition it had not
+#: installed yet (an assigned callback still to run) reconciles to "target already owned"
+#: and acknowledges without TopicPartitions: the broker, which takes a missing list as
+#: "still owns what it revokes", keeps it UNREVOKED_PARTITIONS and fences it at the
+#: rebalance timeout, while the member, STABLE with no revoke deadline in its lease, keeps
+#: its partitions past the fence. The workaround sends TopicPartitions on every
+#: acknowledgement.
+#:
+#: ``poll_spin``: while the target names a topic id not resolved yet and the member is not
+#: RECONCILING (ACKNOWLEDGING, say, with its heartbeat held back by a backoff), or while a
+#: lookup is under way, ``poll_action`` answers ``PollIdle(until=_resolve_at)`` with
+#: ``_resolve_at`` already past: poll() waits zero seconds and asks again, a busy loop
+#: (livelock here) until the state changes. The workaround parks it until woken.
+WORKAROUNDS = ("busy_idle", "close_mid_poll", "lease_first", "ack_owned", "poll_spin")
 
 #: Rounds of ConsumerProtocolRuntime._wait_in_poll at one virtual instant after which
 #: :func:`spin_guard` declares the member stuck.
@@ -171,19 +205,70 @@ def workarounds_848(world: World) -> Iterator[None]:
     (``world.workarounds`` names them for the simulated application)."""
     world.workarounds = frozenset(WORKAROUNDS)
     original = HeartbeatDriver.heartbeat_action
+    on_response = HeartbeatDriver.on_heartbeat_response
+    on_failed = HeartbeatDriver.on_heartbeat_failed
+
+    def lease_first(self: HeartbeatDriver, now: float) -> None:
+        before = self.state
+        self.check_lease(now)
+        if self.state is not before:
+            world.count_event("workaround_lease_first")
+
+    def on_heartbeat_response(self: HeartbeatDriver, sent: Any, resp: Any, now: float) -> None:
+        lease_first(self, now)
+        before, until = self.state, self.valid_until
+        on_response(self, sent, resp, now)
+        if self.state is ConsumerState.FENCED and before is not self.state and until is not None:
+            world.count_event("workaround_lease_first")
+            self._emit("member.lease_expired", deadline=min(now, until))
+
+    def on_heartbeat_failed(
+        self: HeartbeatDriver, sent: Any, now: float, reason: str, *, disconnected: bool = True
+    ) -> None:
+        lease_first(self, now)
+        on_failed(self, sent, now, reason, disconnected=disconnected)
 
     def heartbeat_action(self: HeartbeatDriver, now: float) -> HeartbeatAction:
+        lease_first(self, now)
+        acknowledging = self.state is ConsumerState.ACKNOWLEDGING
         action = original(self, now)
+        if (
+            acknowledging
+            and isinstance(action, SendConsumerHeartbeat)
+            and not action.leave
+            and action.request.topic_partitions is None
+            and action.request.member_epoch > 0
+        ):
+            world.count_event("workaround_ack_owned")
+            request = dataclasses.replace(action.request, topic_partitions=by_topic(self.owned))
+            action = dataclasses.replace(action, request=request)
+            assert self._in_flight is not None
+            self._in_flight = (action, *self._in_flight[1:])
         if isinstance(action, HeartbeatIdle) and action.until is not None and action.until <= now:
             world.count_event("workaround_busy_idle")
             return HeartbeatIdle(None)
         return action
 
+    poll_action = PollDriver.poll_action
+
+    def parked_poll_action(self: PollDriver, now: float) -> PollAction:
+        action = poll_action(self, now)
+        if isinstance(action, PollIdle) and action.until is not None and action.until <= now:
+            world.count_event("workaround_poll_spin")
+            return PollIdle(None)
+        return action
+
+    PollDriver.poll_action = parked_poll_action  # type: ignore[method-assign]
     HeartbeatDriver.heartbeat_action = heartbeat_action  # type: ignore[method-assign]
+    HeartbeatDriver.on_heartbeat_response = on_heartbeat_response  # type: ignore[method-assign]
+    HeartbeatDriver.on_heartbeat_failed = on_heartbeat_failed  # type: ignore[method-assign]
     try:
         yield
     finally:
+        PollDriver.poll_action = poll_action  # type: ignore[method-assign]
         HeartbeatDriver.heartbeat_action = original  # type: ignore[method-assign]
+        HeartbeatDriver.on_heartbeat_response = on_response  # type: ignore[method-assign]
+        HeartbeatDriver.on_heartbeat_failed = on_failed  # type: ignore[method-assign]
 
 
 def metadata_response(world: World, msg: MetadataRequest) -> MetadataResponse:
