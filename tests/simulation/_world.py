@@ -70,6 +70,7 @@ from ._process import GROUP, Process
 from ._sched import Failure, Future, Handle, Scheduler
 from ._world848 import (
     INJECTED_848,
+    WORKAROUNDS,
     deterministic_member_ids,
     error_response_848,
     metadata_response,
@@ -1154,27 +1155,26 @@ def run_schedule(
     trace: bool = False,
     flavor: str | None = None,
     ghosts: bool | None = None,
-    workarounds: bool | None = None,
+    workarounds: bool | Iterable[str] | None = None,
 ) -> Result:
     """Run one schedule; never raises for an invariant (see ``Result.failure``).
     ``flavor`` forces the group kind's flavor (default: drawn from the seed, see
     ``_groups``); the schedule's other parameters are the same whatever the flavor.
     ``ghosts`` (default: ``KGROUP_SIM_GHOSTS``) makes connection closes graceful.
-    ``workarounds`` (default: on unless ``KGROUP_SIM_WORKAROUNDS=0``) applies
-    ``_world848.WORKAROUNDS`` for open kgroup bugs."""
+    ``workarounds`` (default: all unless ``KGROUP_SIM_WORKAROUNDS=0``; or the names to
+    apply) applies ``_world848.WORKAROUNDS`` for open kgroup bugs."""
     if workarounds is None:
         workarounds = os.environ.get("KGROUP_SIM_WORKAROUNDS", "1") not in ("", "0")
+    names = tuple(WORKAROUNDS if workarounds is True else workarounds or ())
     with quiet_logs():
         # The members' retry jitter comes from the module's random (kgroup's default).
         random.seed(seed)
         with deterministic_member_ids(seed):  # KIP-848 member ids (KIP-1082)
-            return _run_schedule(
-                seed, trace=trace, flavor=flavor, ghosts=ghosts, workarounds=workarounds
-            )
+            return _run_schedule(seed, trace=trace, flavor=flavor, ghosts=ghosts, workarounds=names)
 
 
 def _run_schedule(
-    seed: int, *, trace: bool, flavor: str | None, ghosts: bool | None, workarounds: bool
+    seed: int, *, trace: bool, flavor: str | None, ghosts: bool | None, workarounds: tuple[str, ...]
 ) -> Result:
     if ghosts is None:
         ghosts = os.environ.get("KGROUP_SIM_GHOSTS", "") not in ("", "0")
@@ -1183,7 +1183,7 @@ def _run_schedule(
     world = World(params, rng, tracing=trace, ghosts=ghosts)
     if not params.kind.consumer_protocol:
         return _run_world(world, seed)
-    with spin_guard(world), workarounds_848(world) if workarounds else contextlib.nullcontext():
+    with spin_guard(world), workarounds_848(world, workarounds):
         return _run_world(world, seed)
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from kgroup import GroupConfig, MemberState
@@ -200,15 +200,21 @@ def spin_guard(world: World) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def workarounds_848(world: World) -> Iterator[None]:
-    """Apply :data:`WORKAROUNDS` to the consumer-protocol members while a schedule runs
-    (``world.workarounds`` names them for the simulated application)."""
-    world.workarounds = frozenset(WORKAROUNDS)
+def workarounds_848(world: World, names: Iterable[str] = WORKAROUNDS) -> Iterator[None]:
+    """Apply the :data:`WORKAROUNDS` ``names`` to the consumer-protocol members while a
+    schedule runs (``world.workarounds`` names them for the simulated application)."""
+    on = frozenset(names)
+    unknown = on - set(WORKAROUNDS)
+    if unknown:
+        raise ValueError(f"unknown workarounds {sorted(unknown)}")
+    world.workarounds = on
     original = HeartbeatDriver.heartbeat_action
     on_response = HeartbeatDriver.on_heartbeat_response
     on_failed = HeartbeatDriver.on_heartbeat_failed
 
     def lease_first(self: HeartbeatDriver, now: float) -> None:
+        if "lease_first" not in on:
+            return
         before = self.state
         self.check_lease(now)
         if self.state is not before:
@@ -218,7 +224,8 @@ def workarounds_848(world: World) -> Iterator[None]:
         lease_first(self, now)
         before, until = self.state, self.valid_until
         on_response(self, sent, resp, now)
-        if self.state is ConsumerState.FENCED and before is not self.state and until is not None:
+        fenced = self.state is ConsumerState.FENCED and before is not self.state
+        if fenced and until is not None and "lease_first" in on:
             world.count_event("workaround_lease_first")
             self._emit("member.lease_expired", deadline=min(now, until))
 
@@ -234,6 +241,7 @@ def workarounds_848(world: World) -> Iterator[None]:
         action = original(self, now)
         if (
             acknowledging
+            and "ack_owned" in on
             and isinstance(action, SendConsumerHeartbeat)
             and not action.leave
             and action.request.topic_partitions is None
@@ -244,7 +252,8 @@ def workarounds_848(world: World) -> Iterator[None]:
             action = dataclasses.replace(action, request=request)
             assert self._in_flight is not None
             self._in_flight = (action, *self._in_flight[1:])
-        if isinstance(action, HeartbeatIdle) and action.until is not None and action.until <= now:
+        idle = isinstance(action, HeartbeatIdle) and action.until is not None
+        if idle and "busy_idle" in on and action.until <= now:  # type: ignore[union-attr,operator]
             world.count_event("workaround_busy_idle")
             return HeartbeatIdle(None)
         return action
@@ -253,7 +262,8 @@ def workarounds_848(world: World) -> Iterator[None]:
 
     def parked_poll_action(self: PollDriver, now: float) -> PollAction:
         action = poll_action(self, now)
-        if isinstance(action, PollIdle) and action.until is not None and action.until <= now:
+        idle = isinstance(action, PollIdle) and action.until is not None
+        if idle and "poll_spin" in on and action.until <= now:  # type: ignore[union-attr,operator]
             world.count_event("workaround_poll_spin")
             return PollIdle(None)
         return action
