@@ -309,8 +309,8 @@ class ConsumerGroupModel:
             self._trace(
                 f"{client} epoch {req.member_epoch}: {ErrorCode(refused.code).name} {refused}"
             )
-            return ConsumerGroupHeartbeatResponse(
-                error_code=refused.code, error_message=str(refused) or None
+            return ConsumerGroupHeartbeatResponse(  # Kafka's error answers carry epoch 0
+                error_code=refused.code, error_message=str(refused) or None, member_epoch=0
             )
         self._save()
         return resp

@@ -307,7 +307,7 @@ def metadata_response(world: World, msg: MetadataRequest) -> MetadataResponse:
 
 
 def error_response_848(msg: ConsumerGroupHeartbeatRequest, error: int) -> Any:
-    return ConsumerGroupHeartbeatResponse(error_code=error, member_id=msg.member_id)
+    return ConsumerGroupHeartbeatResponse(error_code=error, member_epoch=0)
 
 
 def stable_bound_848_ms(params: Params) -> float:
