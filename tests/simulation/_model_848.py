@@ -409,9 +409,9 @@ class ConsumerGroupModel:
                 self._check_epoch(member, epoch, owned)
             return member, False
         if epoch != JOIN:
-            holder = self._static_holder(req.instance_id, req.member_id)
-            self._check_epoch(holder, epoch, owned)
-            return holder, False
+            current = self._static_holder(req.instance_id, req.member_id)
+            self._check_epoch(current, epoch, owned)
+            return current, False
         holder = self._by_instance(req.instance_id)
         if holder is None:
             return self._new_member(req, client), True

@@ -651,7 +651,8 @@ class Process:
     async def _close(self, done: Future) -> None:
         world = self.world
         try:
-            if "close_mid_poll" in world.workarounds:  # _world848.WORKAROUNDS
+            if "close_mid_poll" in world.workarounds and not self.between_polls.is_set():
+                world.count_event("workaround_close_mid_poll")  # _world848.WORKAROUNDS
                 await self.between_polls.wait()
             self.app.cancel()
             await asyncio.gather(self.app, return_exceptions=True)
