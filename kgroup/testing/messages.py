@@ -33,6 +33,13 @@ from .._core._messages_848 import (
     ConsumerGroupHeartbeatResponse,
     TopicIdPartitions,
 )
+from .._core._messages_configs import (
+    ConfigQuery,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribedConfig,
+    DescribedConfigs,
+)
 from .._core._messages_metadata import (
     MetadataBroker,
     MetadataPartition,
@@ -43,8 +50,13 @@ from .._core._messages_metadata import (
 
 __all__ = [
     "CommitPartition",
+    "ConfigQuery",
     "ConsumerGroupHeartbeatRequest",
     "ConsumerGroupHeartbeatResponse",
+    "DescribeConfigsRequest",
+    "DescribeConfigsResponse",
+    "DescribedConfig",
+    "DescribedConfigs",
     "FetchedOffset",
     "FindCoordinatorRequest",
     "FindCoordinatorResponse",

@@ -7,7 +7,6 @@ The group kind is drawn from the seed; --flavor (or its older name --assignor) f
 of range, roundrobin, sticky, cooperative-sticky, upgrade, leader, shards, or consumer (the
 KIP-848 consumer protocol), leaving the schedule's other parameters as they are.
 Seeds found before the kinds were drawn replay with --flavor range or --flavor roundrobin.
-KGROUP_SIM_WORKAROUNDS=0 turns off the workarounds of open kgroup bugs (_world848).
 """
 
 from __future__ import annotations

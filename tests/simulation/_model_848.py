@@ -326,13 +326,13 @@ class ConsumerGroupModel:
                 raise _Refused(E.INVALID_REQUEST, "RebalanceTimeoutMs must be provided")
             if req.topic_partitions is None or req.topic_partitions:
                 raise _Refused(E.INVALID_REQUEST, "TopicPartitions must be empty when joining")
-            if not req.subscribed_topic_names and req.subscribed_topic_regex is None:
+            if not req.subscribed_topic_names and not req.subscribed_topic_regex:
                 raise _Refused(E.INVALID_REQUEST, "SubscribedTopicNames must be set")
         elif epoch == LEAVE_STATIC and req.instance_id is None:
             raise _Refused(E.INVALID_REQUEST, "InstanceId can't be null.")
         elif epoch < LEAVE_STATIC:
             raise _Refused(E.INVALID_REQUEST, "MemberEpoch is invalid.")
-        if req.subscribed_topic_regex is not None:
+        if req.subscribed_topic_regex:  # "" (no regex) is what kgroup sends with names
             raise ModelError("the simulation does not model regex subscriptions")
         if epoch != JOIN and not self.exists:
             raise _Refused(E.GROUP_ID_NOT_FOUND, "no such group")

@@ -381,9 +381,6 @@ class Process:
         self.paused_until = 0.0
         self.blackholed_until = 0.0
         self.slow_polls = 0
-        #: Clear while the application is inside member.poll() (``close_mid_poll``).
-        self.between_polls = asyncio.Event()
-        self.between_polls.set()
         self.completed_generation = -1
         self.observed_valid_until: float | None = None
         self.loop = ProcessLoop(self)
@@ -557,11 +554,7 @@ class Process:
             await member.start()
             while True:
                 try:
-                    self.between_polls.clear()
-                    try:
-                        await member.poll(world.rng.uniform(0, heartbeat_ms) / 1000.0)
-                    finally:
-                        self.between_polls.set()
+                    await member.poll(world.rng.uniform(0, heartbeat_ms) / 1000.0)
                 except FencedInstanceId as fatal:
                     if self.instance_id is None:
                         raise
@@ -651,9 +644,6 @@ class Process:
     async def _close(self, done: Future) -> None:
         world = self.world
         try:
-            if "close_mid_poll" in world.workarounds and not self.between_polls.is_set():
-                world.count_event("workaround_close_mid_poll")  # _world848.WORKAROUNDS
-                await self.between_polls.wait()
             self.app.cancel()
             await asyncio.gather(self.app, return_exceptions=True)
             await self.member.close()

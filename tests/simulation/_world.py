@@ -43,6 +43,7 @@ from kgroup import MemberState, TopicPartition
 from kgroup._errors import ErrorCode
 from kgroup.testing.messages import (
     ConsumerGroupHeartbeatRequest,
+    DescribeConfigsRequest,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     HeartbeatRequest,
@@ -70,14 +71,13 @@ from ._process import GROUP, Process
 from ._sched import Failure, Future, Handle, Scheduler
 from ._world848 import (
     INJECTED_848,
-    WORKAROUNDS,
+    describe_configs_response,
     deterministic_member_ids,
     error_response_848,
     metadata_response,
     spin_guard,
     stable_bound_848_ms,
     stable_state_848,
-    workarounds_848,
 )
 
 __all__ = ["Params", "Result", "SimulationFailure", "draw_params", "run_schedule"]
@@ -547,6 +547,9 @@ class Cluster:
         if kind is MetadataRequest:  # any broker answers Metadata
             reply(metadata_response(world, msg))
             return
+        if kind is DescribeConfigsRequest:  # and DescribeConfigs for a group
+            reply(world.guard_model(describe_configs_response, world, msg))
+            return
         error: int | None = None
         group = None
         if conn.node != self.coordinator or not self.up[conn.node]:
@@ -581,7 +584,13 @@ class Cluster:
 def _fences_itself(msg: Any) -> bool:
     """A second copy of a static member's first JoinGroup (member id "") is a second
     process with the same instance id: the broker replaces the member id the first copy got
-    and fences it (FencedInstanceId, fatal by design). Not duplicated."""
+    and fences it (FencedInstanceId, fatal by design). Not duplicated. Nor is a
+    ConsumerGroupHeartbeat: its answer leaves out an assignment that did not change, so a
+    second copy processed after the first can take the change into an answer the member
+    never reads (one correlation id, answered once), which no broker does (a real resend
+    has its own correlation id, after a failure that makes kgroup's next request full)."""
+    if isinstance(msg, ConsumerGroupHeartbeatRequest):
+        return True
     return (
         isinstance(msg, JoinGroupRequest)
         and msg.member_id == ""
@@ -911,8 +920,6 @@ class World:
         self.rolled_back: set[str] = set()
         #: Every generation a join phase formed, in order (invariant 5).
         self.generations: list[Formed] = []
-        #: The kgroup-bug workarounds in force (``_world848.WORKAROUNDS``).
-        self.workarounds: frozenset[str] = frozenset()
 
     @property
     def now(self) -> float:
@@ -1155,27 +1162,20 @@ def run_schedule(
     trace: bool = False,
     flavor: str | None = None,
     ghosts: bool | None = None,
-    workarounds: bool | Iterable[str] | None = None,
 ) -> Result:
     """Run one schedule; never raises for an invariant (see ``Result.failure``).
     ``flavor`` forces the group kind's flavor (default: drawn from the seed, see
     ``_groups``); the schedule's other parameters are the same whatever the flavor.
     ``ghosts`` (default: ``KGROUP_SIM_GHOSTS``) makes connection closes graceful.
-    ``workarounds`` (default: all unless ``KGROUP_SIM_WORKAROUNDS=0``; or the names to
-    apply) applies ``_world848.WORKAROUNDS`` for open kgroup bugs."""
-    if workarounds is None:
-        workarounds = os.environ.get("KGROUP_SIM_WORKAROUNDS", "1") not in ("", "0")
-    names = tuple(WORKAROUNDS if workarounds is True else workarounds or ())
+    """
     with quiet_logs():
         # The members' retry jitter comes from the module's random (kgroup's default).
         random.seed(seed)
         with deterministic_member_ids(seed):  # KIP-848 member ids (KIP-1082)
-            return _run_schedule(seed, trace=trace, flavor=flavor, ghosts=ghosts, workarounds=names)
+            return _run_schedule(seed, trace=trace, flavor=flavor, ghosts=ghosts)
 
 
-def _run_schedule(
-    seed: int, *, trace: bool, flavor: str | None, ghosts: bool | None, workarounds: tuple[str, ...]
-) -> Result:
+def _run_schedule(seed: int, *, trace: bool, flavor: str | None, ghosts: bool | None) -> Result:
     if ghosts is None:
         ghosts = os.environ.get("KGROUP_SIM_GHOSTS", "") not in ("", "0")
     rng = random.Random(seed)
@@ -1183,7 +1183,7 @@ def _run_schedule(
     world = World(params, rng, tracing=trace, ghosts=ghosts)
     if not params.kind.consumer_protocol:
         return _run_world(world, seed)
-    with spin_guard(world), workarounds_848(world, workarounds):
+    with spin_guard(world):
         return _run_world(world, seed)
 
 
@@ -1257,8 +1257,9 @@ def _run_world(world: World, seed: int) -> Result:
                     )
                 )
             t += check_every
-    except ModelError:
-        pass  # recorded by guard_model
+    except ModelError as exc:  # recorded by guard_model, unless raised outside it
+        if world.failure is None:
+            world.fail(SimulationFailure("model", str(exc)))
     except Exception as exc:  # a bug in the simulator itself: still a failure with its seed
         import traceback
 

@@ -5,7 +5,8 @@
   record when it moves, with the same placement, loading, crashes and injected errors as a
   classic group); every broker answers Metadata by topic id for the schedule's topics.
 - Members run ``GroupMember(GroupConfig(..., group_protocol="consumer"))`` with the broker's
-  session timeout as ``consumer_session_timeout_ms`` (the lease) and the schedule's
+  session timeout as ``consumer_session_timeout_ms`` (the lease; kgroup also reads it with
+  DescribeConfigs, which every broker answers here) and the schedule's
   ``max_poll_ms`` as the poll timer (and so the rebalance timeout); the heartbeat interval
   comes from the model's answers.
 - Member ids are client-generated UUIDs (KIP-1082): :func:`deterministic_member_ids` makes
@@ -17,28 +18,22 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from kgroup import GroupConfig, MemberState
-from kgroup._core._kip848_actions import (
-    HeartbeatAction,
-    HeartbeatIdle,
-    PollAction,
-    PollIdle,
-    SendConsumerHeartbeat,
-)
-from kgroup._core._kip848_heartbeat import HeartbeatDriver
 from kgroup._core._kip848_member import ConsumerProtocolMember
-from kgroup._core._kip848_reconcile import PollDriver
 from kgroup._core._kip848_state import ConsumerState, IdPartition
 from kgroup._errors import ErrorCode
 from kgroup._runtime._kip848 import ConsumerProtocolRuntime
 from kgroup.testing.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribedConfig,
+    DescribedConfigs,
     MetadataBroker,
     MetadataPartition,
     MetadataRequest,
@@ -46,7 +41,8 @@ from kgroup.testing.messages import (
     MetadataTopic,
 )
 
-from ._model_848 import ConsumerGroupModel, MemberState848, by_topic, topic_id
+from ._model import ModelError
+from ._model_848 import ConsumerGroupModel, MemberState848, topic_id
 
 if TYPE_CHECKING:
     from ._process import Process
@@ -56,13 +52,13 @@ __all__ = [
     "INJECTED_848",
     "consumer_config",
     "core_848",
+    "describe_configs_response",
     "deterministic_member_ids",
     "error_response_848",
     "metadata_response",
     "spin_guard",
     "stable_bound_848_ms",
     "stable_state_848",
-    "workarounds_848",
 ]
 
 E = ErrorCode
@@ -121,50 +117,6 @@ def deterministic_member_ids(seed: int) -> Iterator[None]:
         uuid.uuid4 = saved
 
 
-#: kgroup bugs the simulation works around by default (``run_schedule(workarounds=...)``,
-#: ``KGROUP_SIM_WORKAROUNDS=0`` turns them off), each shown by a seed in
-#: ``test_simulation.KNOWN_BUGS``; each use is counted in the summary.
-#:
-#: ``busy_idle``: a fenced or stale member that still holds partitions (its lost callback
-#: waits for the application's next poll()) has a lease of minus infinity, and the
-#: heartbeat task is told ``HeartbeatIdle(until=-inf)``: it waits zero seconds and asks
-#: again, a busy loop until the next poll() (livelock here; 100 % CPU for up to the
-#: application's poll interval in a real loop). The workaround parks it until woken.
-#:
-#: ``close_mid_poll``: an application that cancels a poll() while a reconciliation's
-#: callback runs, then calls close(), hangs its event loop: the cancelled reconciliation
-#: stays pending (``_reconciling`` is never cleared), so close() sees PREPARE_LEAVING with
-#: nothing to do and waits for a poll wake-up that is already set: it loops without ever
-#: yielding. The workaround: the simulated application closes only between polls.
-#: :func:`spin_guard` turns the hang into a ``livelock`` failure when it is off.
-#:
-#: ``lease_first``: a member that drops out of the group while it holds partitions (a
-#: fenced answer, or the poll timer) does not report ``member.lease_expired`` at the real
-#: deadline: the poll timer reports the poll deadline even when the session bound ran
-#: out first (after a pause), and a fenced answer reports nothing at all, while
-#: ``valid_until`` turns to minus infinity, so the hold runs on to the lost callback at the
-#: next poll(). The workaround checks the lease first at those entry points (the lease's
-#: rule: "every core entry point first checks now against the proofs known before the
-#: call"), and reports ``member.lease_expired`` at the fence (or the lease, if earlier)
-#: when an answer fences a member that holds partitions.
-#:
-#: ``ack_owned``: the acknowledgement of a reconciliation carries TopicPartitions only when
-#: the owned set differs from the last one sent, not once per new target (spec §10.5 step
-#: 1, Java's local assignment epoch). A member whose target dropped a partition it had not
-#: installed yet (an assigned callback still to run) reconciles to "target already owned"
-#: and acknowledges without TopicPartitions: the broker, which takes a missing list as
-#: "still owns what it revokes", keeps it UNREVOKED_PARTITIONS and fences it at the
-#: rebalance timeout, while the member, STABLE with no revoke deadline in its lease, keeps
-#: its partitions past the fence. The workaround sends TopicPartitions on every
-#: acknowledgement.
-#:
-#: ``poll_spin``: while the target names a topic id not resolved yet and the member is not
-#: RECONCILING (ACKNOWLEDGING, say, with its heartbeat held back by a backoff), or while a
-#: lookup is under way, ``poll_action`` answers ``PollIdle(until=_resolve_at)`` with
-#: ``_resolve_at`` already past: poll() waits zero seconds and asks again, a busy loop
-#: (livelock here) until the state changes. The workaround parks it until woken.
-WORKAROUNDS = ("busy_idle", "close_mid_poll", "lease_first", "ack_owned", "poll_spin")
-
 #: Rounds of ConsumerProtocolRuntime._wait_in_poll at one virtual instant after which
 #: :func:`spin_guard` declares the member stuck.
 SPIN_ROUNDS = 10_000
@@ -174,7 +126,8 @@ SPIN_ROUNDS = 10_000
 def spin_guard(world: World) -> Iterator[None]:
     """A consumer-protocol runtime that waits in its poll path at one virtual instant
     ``SPIN_ROUNDS`` times fails the schedule (``livelock``) instead of hanging it: such a
-    loop may never yield to the scheduler (``close_mid_poll``)."""
+    loop may never yield to the scheduler (a close() after a poll() cancelled mid-callback
+    did, before kgroup fixed it)."""
     from ._world import SimulationFailure
 
     original = ConsumerProtocolRuntime._wait_in_poll
@@ -199,86 +152,34 @@ def spin_guard(world: World) -> Iterator[None]:
         ConsumerProtocolRuntime._wait_in_poll = original  # type: ignore[method-assign]
 
 
-@contextlib.contextmanager
-def workarounds_848(world: World, names: Iterable[str] = WORKAROUNDS) -> Iterator[None]:
-    """Apply the :data:`WORKAROUNDS` ``names`` to the consumer-protocol members while a
-    schedule runs (``world.workarounds`` names them for the simulated application)."""
-    on = frozenset(names)
-    unknown = on - set(WORKAROUNDS)
-    if unknown:
-        raise ValueError(f"unknown workarounds {sorted(unknown)}")
-    world.workarounds = on
-    original = HeartbeatDriver.heartbeat_action
-    on_response = HeartbeatDriver.on_heartbeat_response
-    on_failed = HeartbeatDriver.on_heartbeat_failed
+#: The group config that bounds a consumer-protocol member's lease (kgroup reads it).
+SESSION_TIMEOUT_KEY = "consumer.session.timeout.ms"
+RESOURCE_GROUP = 32
+CONFIG_SOURCE_DEFAULT = 5
 
-    def lease_first(self: HeartbeatDriver, now: float) -> None:
-        if "lease_first" not in on:
-            return
-        before = self.state
-        self.check_lease(now)
-        if self.state is not before:
-            world.count_event("workaround_lease_first")
 
-    def on_heartbeat_response(self: HeartbeatDriver, sent: Any, resp: Any, now: float) -> None:
-        lease_first(self, now)
-        before, until = self.state, self.valid_until
-        on_response(self, sent, resp, now)
-        fenced = self.state is ConsumerState.FENCED and before is not self.state
-        if fenced and until is not None and "lease_first" in on:
-            world.count_event("workaround_lease_first")
-            self._emit("member.lease_expired", deadline=min(now, until))
-
-    def on_heartbeat_failed(
-        self: HeartbeatDriver, sent: Any, now: float, reason: str, *, disconnected: bool = True
-    ) -> None:
-        lease_first(self, now)
-        on_failed(self, sent, now, reason, disconnected=disconnected)
-
-    def heartbeat_action(self: HeartbeatDriver, now: float) -> HeartbeatAction:
-        lease_first(self, now)
-        acknowledging = self.state is ConsumerState.ACKNOWLEDGING
-        action = original(self, now)
-        if (
-            acknowledging
-            and "ack_owned" in on
-            and isinstance(action, SendConsumerHeartbeat)
-            and not action.leave
-            and action.request.topic_partitions is None
-            and action.request.member_epoch > 0
-        ):
-            world.count_event("workaround_ack_owned")
-            request = dataclasses.replace(action.request, topic_partitions=by_topic(self.owned))
-            action = dataclasses.replace(action, request=request)
-            assert self._in_flight is not None
-            self._in_flight = (action, *self._in_flight[1:])
-        idle = isinstance(action, HeartbeatIdle) and action.until is not None
-        if idle and "busy_idle" in on and action.until <= now:  # type: ignore[union-attr,operator]
-            world.count_event("workaround_busy_idle")
-            return HeartbeatIdle(None)
-        return action
-
-    poll_action = PollDriver.poll_action
-
-    def parked_poll_action(self: PollDriver, now: float) -> PollAction:
-        action = poll_action(self, now)
-        idle = isinstance(action, PollIdle) and action.until is not None
-        if idle and "poll_spin" in on and action.until <= now:  # type: ignore[union-attr,operator]
-            world.count_event("workaround_poll_spin")
-            return PollIdle(None)
-        return action
-
-    PollDriver.poll_action = parked_poll_action  # type: ignore[method-assign]
-    HeartbeatDriver.heartbeat_action = heartbeat_action  # type: ignore[method-assign]
-    HeartbeatDriver.on_heartbeat_response = on_heartbeat_response  # type: ignore[method-assign]
-    HeartbeatDriver.on_heartbeat_failed = on_heartbeat_failed  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        PollDriver.poll_action = poll_action  # type: ignore[method-assign]
-        HeartbeatDriver.heartbeat_action = original  # type: ignore[method-assign]
-        HeartbeatDriver.on_heartbeat_response = on_response  # type: ignore[method-assign]
-        HeartbeatDriver.on_heartbeat_failed = on_failed  # type: ignore[method-assign]
+def describe_configs_response(world: World, msg: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    """DescribeConfigs from any broker: a GROUP's ``consumer.session.timeout.ms`` is the
+    schedule's session timeout (the broker default here: no group overrides)."""
+    results = []
+    for query in msg.resources:
+        if query.resource_type != RESOURCE_GROUP:
+            raise ModelError(f"DescribeConfigs for resource type {query.resource_type}")
+        entry = DescribedConfig(
+            name=SESSION_TIMEOUT_KEY,
+            value=str(world.params.session_ms),
+            source=CONFIG_SOURCE_DEFAULT,
+        )
+        wanted = query.keys is None or SESSION_TIMEOUT_KEY in query.keys
+        results.append(
+            DescribedConfigs(
+                error_code=E.NONE,
+                resource_type=RESOURCE_GROUP,
+                resource_name=query.resource_name,
+                configs=(entry,) if wanted else (),
+            )
+        )
+    return DescribeConfigsResponse(results=tuple(results))
 
 
 def metadata_response(world: World, msg: MetadataRequest) -> MetadataResponse:

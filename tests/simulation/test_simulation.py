@@ -64,10 +64,12 @@ Every schedule checks five invariants (the consumer protocol: 1 to 4):
    that takes in the membership, withholding what moves, and the follow-up that hands it
    over). Classic groups only.
 
-Consumer-protocol schedules also run with the workarounds of open kgroup bugs the sweep
-found (``_world848.WORKAROUNDS``, each counted in the summary, each shown by a seed in
-KNOWN_BUGS; ``KGROUP_SIM_WORKAROUNDS=0`` turns them off), and fail a member whose poll path
-spins at one instant (``_world848.spin_guard``) instead of hanging.
+A consumer-protocol schedule also fails (``livelock``) when a member's poll path waits
+10 000 times at one instant (``_world848.spin_guard``), a loop that may never yield and so
+would hang the run. The first sweep found five kgroup bugs that kgroup has fixed since
+(main e2986a2; replay with ``--flavor consumer``: seeds 5 and 17, livelocks; 82, 96, 116,
+lease not reported on fencing; 293, acknowledgement without TopicPartitions; 73, poll()
+spinning on a past wake-up).
 
 Counts: ``KGROUP_SIM_SEEDS`` (default 10 000, of which about 2 000 consumer-protocol
 schedules: their share was taken from the classic ones, so the default run's time stays
@@ -97,9 +99,8 @@ import pytest
 
 from kgroup import LEADER, TopicPartition
 
-from ._groups import CONSUMER, FLAVORS, Formed, cooperative_rebalances, draw_kind, plain_kind
+from ._groups import FLAVORS, Formed, cooperative_rebalances, draw_kind, plain_kind
 from ._world import FAULT_KINDS, Ownership, run_schedule
-from ._world848 import WORKAROUNDS
 
 # ---------------------------------------------------------------------------------------------
 # KNOWN FAILURES: seeds of the default run that fail for a known reason, not fixed yet: a
@@ -129,24 +130,18 @@ UNRELEASED_WINDOW = (
 ACK_DEADLINE = (
     "kgroup bug (KIP-848 lease): the lease drops the revocation deadline as soon as the "
     "revoke callback returns, not once the broker has heard of it. When the acknowledging "
-    "heartbeat is delayed or lost, the broker fences the member at the deadline ('did not "
+    "heartbeat is late or lost, the broker fences the member at the deadline ('did not "
     "revoke within R ms') and gives all of its partitions, kept ones included, to others, "
-    "while the member's lease runs on to its session bound (seed 1536 traced; the others "
-    "show the same 'did not revoke' fence before the overlap)"
+    "while the member's lease runs on to its session bound (seed 1536 traced on e2986a2's "
+    "parent; these show the same 'did not revoke' fence before the overlap)"
 )
 LAPSED_INSTALL = (
     "kgroup bug (KIP-848 lease): a member that owns nothing has no lease (valid_until is "
     "None), so after a pause longer than the session it runs on_partitions_assigned for a "
     "partition of its old target, which the broker (that removed it meanwhile) has given to "
-    "another member, before its next heartbeat learns it is gone (seed 4304 traced: paused "
-    "5.3-11.5 s, session expired at 7.8 s, t0-3 given to m0 at 8.0 s, installed by m4 at "
-    "11.5 s)"
-)
-OWNED_RACE = (
-    "kgroup bug (KIP-848): a heartbeat sent while a reconciliation is installing partitions "
-    "reports the owned set without them; when the broker's target has meanwhile dropped one "
-    "of them, it takes the report as released and gives it away, while the member installs "
-    "it (seed 5346 traced; 5774 not traced, same kind of overlap)"
+    "another member, before its next heartbeat learns it is gone (seed 4304 traced on "
+    "e2986a2's parent; these show the same shape: an older epoch's hold starting after the "
+    "new owner's, lost moments later, after session expiries)"
 )
 
 #: seed -> (reason, regular expression the failure message matches)
@@ -158,27 +153,18 @@ KNOWN_FAILURES: dict[int, tuple[str, str]] = {
     **{
         seed: (UNRELEASED_WINDOW, r"UNRELEASED_INSTANCE_ID")
         for seed in (
-            105, 563, 595, 669, 680, 924, 1094, 1572, 1598, 1670, 2008, 2269, 2745, 2826,
-            3335, 3368, 3411, 3530, 3779, 3956, 3962, 4063, 4133, 4289, 5080, 5106, 5596,
-            6628, 6690, 6728, 7167, 7296, 7513, 7659, 7680, 8118, 8168, 8204, 8338, 8755,
-            8989, 9087, 9331, 9377, 9498, 9885,
+            54, 105, 621, 1094, 1157, 1670, 1874, 2008, 2269, 2673, 3146, 3188, 3697, 3847,
+            3902, 3904, 4086, 4133, 4289, 4320, 4816, 5315, 5423, 5596, 5639, 6216, 6374,
+            6688, 7288, 7296, 7297, 7801, 8204, 8316, 8492, 8703, 8989, 9377, 9498, 9563,
+            9751, 9885,
         )
     },
-    **{seed: (ACK_DEADLINE, r"\[ownership\]") for seed in (1536, 3849, 6944, 6973, 9383)},
-    **{seed: (LAPSED_INSTALL, r"\[ownership\]") for seed in (2739, 3469, 4304)},
-    **{seed: (OWNED_RACE, r"\[ownership\]") for seed in (5346, 5774)},
+    **{
+        seed: (ACK_DEADLINE, r"\[ownership\]")
+        for seed in (2749, 4242, 5106, 6462, 6973, 7196, 8840)
+    },
+    **{seed: (LAPSED_INSTALL, r"\[ownership\]") for seed in (197, 384, 1063, 8582, 9354)},
 }  # fmt: skip
-
-#: Open kgroup bugs the simulation works around by default (``_world848.WORKAROUNDS``):
-#: workaround -> (a seed, run with --flavor consumer, that fails without it, and how).
-#: ``test_known_bugs_still_fail`` checks each; once one passes, drop the workaround.
-KNOWN_BUGS: dict[str, tuple[int, str]] = {
-    "busy_idle": (5, r"\[livelock\] m4#1's loop ran"),
-    "close_mid_poll": (17, r"\[livelock\] a member's poll path waited"),
-    "lease_first": (82, r"\[ownership\] .*m1#1 gen 5 held t0-2 3389.7..9411.0 \(lease_expired\)"),
-    "ack_owned": (293, r"\[ownership\] .*m1#1 gen 7 held t0-4"),
-    "poll_spin": (73, r"\[livelock\] a member's poll path waited"),
-}
 
 
 @dataclass
@@ -297,13 +283,6 @@ class Summary:
                 " ".join(f"{n}:{c}" for n, c in sorted(self.cooperative.items())) or "-",
             ),
         ]
-        rows += [
-            (
-                f"consumer protocol: workaround {name} used",
-                f"{self.events.get(f'workaround_{name}', 0)}",
-            )
-            for name in WORKAROUNDS
-        ]
         rows += [(f"schedules: {name}", f"{self.flavors.get(name, 0)}") for name in FLAVORS]
         rows += [(f"faults: {kind}", f"{self.faults.get(kind, 0)}") for kind in FAULT_KINDS]
         width = max(len(k) for k, _ in rows)
@@ -376,17 +355,6 @@ def test_known_failures_still_fail(seed: int) -> None:
     assert re.search(pattern, str(failure)), (
         f"seed {seed} fails otherwise than known ({reason}): {failure}"
     )
-
-
-@pytest.mark.parametrize("workaround", sorted(KNOWN_BUGS))
-def test_known_bugs_still_fail(workaround: str) -> None:
-    """Each worked-around kgroup bug still breaks its seed when its workaround is off (the
-    others on): once that changes, the bug is fixed; drop the workaround."""
-    seed, pattern = KNOWN_BUGS[workaround]
-    others = [w for w in WORKAROUNDS if w != workaround]
-    failure = run_schedule(seed, flavor=CONSUMER, workarounds=others).failure
-    assert failure is not None, f"{workaround}: seed {seed} passes now: drop the workaround"
-    assert re.search(pattern, str(failure)), f"{workaround}: seed {seed} fails otherwise: {failure}"
 
 
 @pytest.mark.slow
