@@ -4,9 +4,9 @@ python -m tests.simulation --seed N [--trace]      # one schedule (the full trac
 python -m tests.simulation --seeds 1000 [--start S] [--workers 2] [--flavor leader]
 
 The group kind is drawn from the seed; --flavor (or its older name --assignor) forces one
-of range, roundrobin, sticky, cooperative-sticky, upgrade, leader, shards, leaving the
-schedule's other parameters as they are. Seeds found before the kinds were drawn replay
-with --flavor range or --flavor roundrobin.
+of range, roundrobin, sticky, cooperative-sticky, upgrade, leader, shards, or consumer (the
+KIP-848 consumer protocol), leaving the schedule's other parameters as they are.
+Seeds found before the kinds were drawn replay with --flavor range or --flavor roundrobin.
 """
 
 from __future__ import annotations

@@ -16,7 +16,11 @@ own, so the rest of a schedule's draws do not depend on it):
   documented fatal error; the application then restarts it with the bridge list);
 - ``leader``: ``kgroup.LeaderElection`` (cooperative or eager);
 - ``shards``: ``kgroup.WorkSharding`` over named resources (cooperative or eager; usually
-  every member lists every resource, sometimes each lists a subset).
+  every member lists every resource, sometimes each lists a subset);
+- ``consumer``: a consumer group on the KIP-848 ``consumer`` protocol (the broker assigns;
+  ``_model_848.py``, ``_world848.py``). Drawn first, from a stream of its own, for
+  ``CONSUMER_SHARE`` of the seeds; the other seeds draw a classic flavor as before, so a
+  classic seed keeps the kind it always had.
 
 Convergence per kind (:func:`kind_unstable`): every item (partition, ``LEADER``, resource)
 held exactly once is checked by ``stable_state`` for all kinds; on top, for ``leader``
@@ -38,6 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BRIDGE",
+    "CONSUMER",
     "FLAVORS",
     "GroupKind",
     "draw_kind",
@@ -47,8 +52,8 @@ __all__ = [
     "universe",
 ]
 
-#: Share of the default run per flavor (out of 100).
-FLAVORS: dict[str, int] = {
+#: Relative weights of the classic-protocol flavors.
+CLASSIC_FLAVORS: dict[str, int] = {
     "range": 15,
     "roundrobin": 10,
     "sticky": 10,
@@ -56,6 +61,16 @@ FLAVORS: dict[str, int] = {
     "upgrade": 15,
     "leader": 15,
     "shards": 15,
+}
+
+#: The KIP-848 ``consumer`` protocol's flavor, and its share of the seeds (out of 100).
+CONSUMER = "consumer"
+CONSUMER_SHARE = 20
+
+#: Share of the default run per flavor (out of 100).
+FLAVORS: dict[str, float] = {
+    **{name: w * (100 - CONSUMER_SHARE) / 100 for name, w in CLASSIC_FLAVORS.items()},
+    CONSUMER: CONSUMER_SHARE,
 }
 
 RANGE = ("range",)
@@ -88,6 +103,11 @@ class GroupKind:
     resources: tuple[tuple[str, ...], ...] = ()
 
     @property
+    def consumer_protocol(self) -> bool:
+        """A KIP-848 ``consumer``-protocol group."""
+        return self.flavor == CONSUMER
+
+    @property
     def protocol(self) -> bool:
         """Not a consumer group: the members run a GroupProtocol."""
         return self.flavor in ("leader", "shards")
@@ -108,6 +128,8 @@ class GroupKind:
                 f"shards cooperative={self.cooperative} resources={len(every)}"
                 f"{' (subsets)' if subsets else ''}"
             )
+        if self.consumer_protocol:
+            return "consumer protocol (KIP-848)"
         return f"assignor={self.flavor}"
 
     def make_protocol(self, slot_index: int) -> LeaderElection | WorkSharding:
@@ -122,9 +144,11 @@ def plain_kind(flavor: str, members: int) -> GroupKind:
 
 
 def draw_flavor(seed: int) -> str:
+    if random.Random(f"kgroup-sim-protocol-{seed}").random() * 100 < CONSUMER_SHARE:
+        return CONSUMER
     rng = random.Random(f"kgroup-sim-flavor-{seed}")
-    names = list(FLAVORS)
-    return rng.choices(names, weights=[FLAVORS[n] for n in names])[0]
+    names = list(CLASSIC_FLAVORS)
+    return rng.choices(names, weights=[CLASSIC_FLAVORS[n] for n in names])[0]
 
 
 def draw_kind(seed: int, members: int, flavor: str | None = None) -> GroupKind:
@@ -135,6 +159,8 @@ def draw_kind(seed: int, members: int, flavor: str | None = None) -> GroupKind:
     if flavor not in FLAVORS:
         raise ValueError(f"unknown flavor {flavor!r} (one of {', '.join(FLAVORS)})")
     rng = random.Random(f"kgroup-sim-kind-{seed}")
+    if flavor == CONSUMER:
+        return GroupKind(flavor)
     if flavor in ("range", "roundrobin", "sticky", "cooperative-sticky"):
         return plain_kind(flavor, members)
     if flavor == "upgrade":
@@ -238,7 +264,10 @@ def cooperative_rebalances(
     generation the group is stable in. When every member of every counted generation is
     COOPERATIVE there are at most two: the one that takes in the membership (moving
     partitions withheld; their owners revoke them and rejoin at once) and the follow-up one
-    that hands them over. ``count`` is None when some member is EAGER (not checked)."""
+    that hands them over. ``count`` is None when some member is EAGER (not checked), and
+    for consumer-protocol groups (no generations: invariant 5 is classic only)."""
+    if kind.consumer_protocol:
+        return None, None
     before = [g for g in formed if g.at <= faults_stop]
     after = [g for g in formed if g.at > faults_stop]
     previous = set(before[-1].members) if before else None

@@ -40,6 +40,7 @@ from kgroup.testing.messages import FindCoordinatorRequest, FindCoordinatorRespo
 
 from ._groups import BRIDGE
 from ._sched import Failure, Future, Handle
+from ._world848 import consumer_config
 
 if TYPE_CHECKING:
     from ._world import Conn, World
@@ -349,21 +350,25 @@ class Process:
         topics: tuple[str, ...] = ()
         if kind.protocol:
             self.protocol = kind.make_protocol(int(slot.removeprefix("m")))
-        else:
+        elif not kind.consumer_protocol:
             assignors = world.slot_assignors[slot]
             topics = tuple(t for t, _ in params.topics)
-        self.config = GroupConfig(
-            bootstrap_servers="b0:9092",
-            group_id=GROUP,
-            topics=topics,
-            assignors=assignors,
-            group_instance_id=instance_id,
-            session_timeout_ms=params.session_ms,
-            heartbeat_interval_ms=params.heartbeat_ms,
-            max_poll_interval_ms=params.max_poll_ms,
-            request_timeout_ms=params.request_timeout_ms,
-            client_id=slot,
-            handoff_on_close=handoff_on_close(params.seed, self.holder),
+        self.config = (
+            consumer_config(params, slot, instance_id)
+            if kind.consumer_protocol
+            else GroupConfig(
+                bootstrap_servers="b0:9092",
+                group_id=GROUP,
+                topics=topics,
+                assignors=assignors,
+                group_instance_id=instance_id,
+                session_timeout_ms=params.session_ms,
+                heartbeat_interval_ms=params.heartbeat_ms,
+                max_poll_interval_ms=params.max_poll_ms,
+                request_timeout_ms=params.request_timeout_ms,
+                client_id=slot,
+                handoff_on_close=handoff_on_close(params.seed, self.holder),
+            )
         )
         #: Seen by the world: False once crashed or closed.
         self.alive = True
@@ -481,7 +486,9 @@ class Process:
         if core is None:
             return
         # valid_until is None while nothing is held; skip computing it then (hot path).
-        if (
+        if self.world.params.kind.consumer_protocol:
+            self.observed_valid_until = core.valid_until
+        elif (
             self.member.assignment
             or self.member._shared.releasing
             or core._lease_expired_at is not None

@@ -42,6 +42,8 @@ import structlog
 from kgroup import MemberState, TopicPartition
 from kgroup._errors import ErrorCode
 from kgroup.testing.messages import (
+    ConsumerGroupHeartbeatRequest,
+    DescribeConfigsRequest,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     HeartbeatRequest,
@@ -50,6 +52,7 @@ from kgroup.testing.messages import (
     JoinGroupResponse,
     LeaveGroupRequest,
     LeaveGroupResponse,
+    MetadataRequest,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -63,8 +66,19 @@ from ._groups import (
     universe,
 )
 from ._model import BrokerConfig, ClassicGroupModel, GroupRecord, GroupState, ModelError, Timers
+from ._model_848 import BrokerConfig848, ConsumerGroupModel, GroupRecord848
 from ._process import GROUP, Process
 from ._sched import Failure, Future, Handle, Scheduler
+from ._world848 import (
+    INJECTED_848,
+    describe_configs_response,
+    deterministic_member_ids,
+    error_response_848,
+    metadata_response,
+    spin_guard,
+    stable_bound_848_ms,
+    stable_state_848,
+)
 
 __all__ = ["Params", "Result", "SimulationFailure", "draw_params", "run_schedule"]
 
@@ -132,6 +146,7 @@ INJECTED_ERRORS: dict[type, tuple[int, ...]] = {
         E.UNKNOWN_MEMBER_ID,
     ),
     LeaveGroupRequest: (E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR),
+    ConsumerGroupHeartbeatRequest: INJECTED_848,
 }
 
 
@@ -174,8 +189,11 @@ class Params:
         barrier causes one more rebalance (R + R) before the group settles; the initial
         rebalance of an EMPTY group adds its delay (at most R); every member runs its poll
         path within a heartbeat interval H of being woken. Hence
-        ``J + S + 5 R + 4 H + 1 s`` (the second covers latency and backoff).
+        ``J + S + 5 R + 4 H + 1 s`` (the second covers latency and backoff). A
+        consumer-protocol group has its own bound (``_world848.stable_bound_848_ms``).
         """
+        if self.kind.consumer_protocol:
+            return stable_bound_848_ms(self)
         return (
             self.join_timeout_ms
             + self.session_ms
@@ -389,12 +407,12 @@ class Cluster:
         self.up = [True] * nodes
         self.coordinator = world.rng.randrange(nodes)
         self.loading_until = 0.0
-        self.record: GroupRecord | None = None
+        self.record: GroupRecord | GroupRecord848 | None = None
         self.stale_node: int | None = None
         self.stale_until = 0.0
         self.rebalances_before = 0
         self._ids = 0
-        self.group: ClassicGroupModel | None = None
+        self.group: ClassicGroupModel | ConsumerGroupModel | None = None
         self._timers: KeyedTimers | None = None
         self._load()
 
@@ -402,8 +420,10 @@ class Cluster:
         self._ids += 1
         return f"{prefix}-{self._ids:04d}"
 
-    def _persist(self, record: GroupRecord) -> None:
+    def _persist(self, record: GroupRecord | GroupRecord848) -> None:
         self.record = record
+        if isinstance(record, GroupRecord848):
+            return  # every change is persisted; the model's trace says what changed
         self.world.log(
             "broker",
             f"persist generation {record.generation} "
@@ -413,6 +433,23 @@ class Cluster:
     def _load(self) -> None:
         self._timers = KeyedTimers(self.world)
         log = (lambda line: self.world.log("group", line)) if self.world.tracing else None
+        params = self.world.params
+        if params.kind.consumer_protocol:
+            assert self.record is None or isinstance(self.record, GroupRecord848)
+            self.group = ConsumerGroupModel.load(
+                GROUP,
+                self.record,
+                config=BrokerConfig848(
+                    session_timeout_ms=params.session_ms,
+                    heartbeat_interval_ms=params.heartbeat_ms,
+                    topics=dict(params.topics),
+                ),
+                timers=self._timers,
+                persist=self._persist,
+                log=log,
+            )
+            return
+        assert self.record is None or isinstance(self.record, GroupRecord)
         self.group = ClassicGroupModel.load(
             GROUP,
             self.record,
@@ -438,7 +475,7 @@ class Cluster:
     def rebalances(self) -> int:
         return self.rebalances_before + (self.group.rebalances if self.group else 0)
 
-    def active_group(self) -> ClassicGroupModel | None:
+    def active_group(self) -> ClassicGroupModel | ConsumerGroupModel | None:
         if self.group is None or self.world.now < self.loading_until:
             return None
         return self.group
@@ -507,6 +544,12 @@ class Cluster:
         """A group request read from ``conn`` on its broker; ``reply`` sends the answer."""
         world = self.world
         kind = type(msg)
+        if kind is MetadataRequest:  # any broker answers Metadata
+            reply(metadata_response(world, msg))
+            return
+        if kind is DescribeConfigsRequest:  # and DescribeConfigs for a group
+            reply(world.guard_model(describe_configs_response, world, msg))
+            return
         error: int | None = None
         group = None
         if conn.node != self.coordinator or not self.up[conn.node]:
@@ -522,7 +565,11 @@ class Cluster:
             return
         assert group is not None
         client = conn.proc.slot
-        if kind is JoinGroupRequest:
+        if isinstance(group, ConsumerGroupModel):
+            if kind is not ConsumerGroupHeartbeatRequest:
+                raise ModelError(f"unexpected request {msg!r} to a consumer-protocol group")
+            reply(world.guard_model(group.heartbeat, msg, client))
+        elif kind is JoinGroupRequest:
             world.guard_model(group.join, msg, client, reply)
         elif kind is SyncGroupRequest:
             world.guard_model(group.sync, msg, reply)
@@ -537,7 +584,13 @@ class Cluster:
 def _fences_itself(msg: Any) -> bool:
     """A second copy of a static member's first JoinGroup (member id "") is a second
     process with the same instance id: the broker replaces the member id the first copy got
-    and fences it (FencedInstanceId, fatal by design). Not duplicated."""
+    and fences it (FencedInstanceId, fatal by design). Not duplicated. Nor is a
+    ConsumerGroupHeartbeat: its answer leaves out an assignment that did not change, so a
+    second copy processed after the first can take the change into an answer the member
+    never reads (one correlation id, answered once), which no broker does (a real resend
+    has its own correlation id, after a failure that makes kgroup's next request full)."""
+    if isinstance(msg, ConsumerGroupHeartbeatRequest):
+        return True
     return (
         isinstance(msg, JoinGroupRequest)
         and msg.member_id == ""
@@ -554,6 +607,8 @@ def _error_response(msg: Any, error: int) -> Any:
         return HeartbeatResponse(error_code=error)
     if isinstance(msg, LeaveGroupRequest):
         return LeaveGroupResponse(error_code=error)
+    if isinstance(msg, ConsumerGroupHeartbeatRequest):
+        return error_response_848(msg, error)
     raise ModelError(f"no error response for {msg!r}")
 
 
@@ -1046,10 +1101,13 @@ def stable_state(world: World) -> str | None:
     STABLE generation, done with its rebalance, holding exactly what the broker assigned it,
     every partition (item) held by exactly one member, and the kind's own conditions
     (``_groups.kind_unstable``). Otherwise what is missing."""
+    if world.params.kind.consumer_protocol:
+        return stable_state_848(world)
     cluster = world.cluster
     group = cluster.active_group()
     if group is None or not cluster.up[cluster.coordinator]:
         return "coordinator not loaded"
+    assert isinstance(group, ClassicGroupModel)
     if group.state is not GroupState.STABLE:
         return f"group {group.state.name}"
     if group.pending_sync:
@@ -1099,16 +1157,22 @@ def quiet_logs() -> Iterator[None]:
 
 
 def run_schedule(
-    seed: int, *, trace: bool = False, flavor: str | None = None, ghosts: bool | None = None
+    seed: int,
+    *,
+    trace: bool = False,
+    flavor: str | None = None,
+    ghosts: bool | None = None,
 ) -> Result:
     """Run one schedule; never raises for an invariant (see ``Result.failure``).
     ``flavor`` forces the group kind's flavor (default: drawn from the seed, see
     ``_groups``); the schedule's other parameters are the same whatever the flavor.
-    ``ghosts`` (default: ``KGROUP_SIM_GHOSTS``) makes connection closes graceful."""
+    ``ghosts`` (default: ``KGROUP_SIM_GHOSTS``) makes connection closes graceful.
+    """
     with quiet_logs():
         # The members' retry jitter comes from the module's random (kgroup's default).
         random.seed(seed)
-        return _run_schedule(seed, trace=trace, flavor=flavor, ghosts=ghosts)
+        with deterministic_member_ids(seed):  # KIP-848 member ids (KIP-1082)
+            return _run_schedule(seed, trace=trace, flavor=flavor, ghosts=ghosts)
 
 
 def _run_schedule(seed: int, *, trace: bool, flavor: str | None, ghosts: bool | None) -> Result:
@@ -1117,6 +1181,15 @@ def _run_schedule(seed: int, *, trace: bool, flavor: str | None, ghosts: bool | 
     rng = random.Random(seed)
     params = draw_params(seed, rng, flavor)
     world = World(params, rng, tracing=trace, ghosts=ghosts)
+    if not params.kind.consumer_protocol:
+        return _run_world(world, seed)
+    with spin_guard(world):
+        return _run_world(world, seed)
+
+
+def _run_world(world: World, seed: int) -> Result:
+    rng = world.rng
+    params = world.params
     world.log("world", params.describe())
     for i in range(params.members):
         slot = f"m{i}"
@@ -1175,12 +1248,18 @@ def _run_schedule(seed: int, *, trace: bool, flavor: str | None, ghosts: bool | 
                     SimulationFailure(
                         "stability",
                         f"not stable {bound:.0f} ms after the faults stopped "
-                        f"({stable_state(world)}); bound = J + S + 5R + 4H + 1s",
+                        f"({stable_state(world)}); bound = "
+                        + (
+                            "T + 2S + 1.5R + 6H + 2s"
+                            if params.kind.consumer_protocol
+                            else "J + S + 5R + 4H + 1s"
+                        ),
                     )
                 )
             t += check_every
-    except ModelError:
-        pass  # recorded by guard_model
+    except ModelError as exc:  # recorded by guard_model, unless raised outside it
+        if world.failure is None:
+            world.fail(SimulationFailure("model", str(exc)))
     except Exception as exc:  # a bug in the simulator itself: still a failure with its seed
         import traceback
 

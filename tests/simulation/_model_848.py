@@ -1,0 +1,582 @@
+"""A model of Kafka 4.4's consumer-group coordinator (KIP-848, the ``consumer`` protocol).
+
+What the simulated broker answers to ConsumerGroupHeartbeat, following Apache Kafka's
+group coordinator (``GroupMetadataManager.consumerGroupHeartbeat``, ``consumerGroupLeave``,
+``CurrentAssignmentBuilder``; spec §10.3) and the answers of a 4.4.0 broker where they
+differ from the 2024 sources (``test_model_vs_kafka_848.py`` keeps them compared):
+
+- **Group epoch.** Bumped when a member joins (a new member id, or a new static instance)
+  or leaves (-1, session expiry, revocation deadline). A new group starts at epoch 1, so
+  the first member's join makes it 2 (Kafka 4.3+, KAFKA-20268).
+- **Target assignment.** Recomputed on the first heartbeat (from any member) that finds the
+  group epoch ahead of the assignment epoch (``group.consumer.assignment.interval.ms`` = 0).
+  The assignor is sticky and balanced (like ``uniform``): every member keeps what it had
+  up to its quota, the rest go to the members below theirs.
+- **Revocation before assignment** (``CurrentAssignmentBuilder``): a member whose target
+  drops partitions stays at its epoch in UNREVOKED_PARTITIONS, its assignment cut to what
+  it keeps, until a heartbeat reports them no longer owned; it then moves on. A partition
+  still held (assigned or pending revocation) by another member is withheld
+  (UNRELEASED_PARTITIONS) and given at a later heartbeat once released.
+- **The revocation deadline.** Entering UNREVOKED_PARTITIONS arms a timer of the member's
+  rebalance timeout; if the member is still at that epoch when it fires, it is removed.
+- **Session expiry.** Every accepted heartbeat re-arms a session timer; an error answer
+  does not. On expiry the member is removed. A coordinator that loads the group re-arms
+  every member's session timer, and the revocation timer of every member in
+  UNREVOKED_PARTITIONS (``onLoaded``).
+- **Epoch validation** (§10.3): a higher epoch, or a lower one that is not exactly the
+  previous epoch with owned partitions a subset of the assignment, is FENCED_MEMBER_EPOCH;
+  the member stays in the group (a fenced answer changes nothing). A dynamic member that
+  rejoins with epoch 0 under its member id is accepted at its current epoch (4.4.0; the
+  2024 sources fenced it).
+- **Static members.** -2 keeps the member and its partitions (epoch -2, pending revocation
+  dropped) until its session expires; a join (epoch 0) with its instance id replaces it
+  (the new member id takes over its assignment and target, no group epoch bump). While the
+  holder has not left with -2, a join with the instance id is UNRELEASED_INSTANCE_ID, even
+  from the holder's own member id (4.4.0); a heartbeat (epoch > 0) from a replaced member
+  id is FENCED_INSTANCE_ID.
+
+Not modelled: regex subscriptions, topic metadata changes, rack awareness, the range
+server assignor, classic members in a consumer group, the group size limit, assignment
+batching (interval 0), offsets. Every change is durable at once (the persisted record is
+the whole state): a coordinator that loads the group sees every answered change.
+
+:meth:`ConsumerGroupModel.check` is invariant 4 for these groups.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from kgroup._core._kip848_state import IdPartition
+from kgroup._errors import ErrorCode
+from kgroup.testing.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    TopicIdPartitions,
+)
+
+from ._model import ModelError, Timers
+
+__all__ = [
+    "BrokerConfig848",
+    "ConsumerGroupModel",
+    "GroupRecord848",
+    "Member848",
+    "MemberState848",
+    "topic_id",
+]
+
+E = ErrorCode
+P = IdPartition
+JOIN, LEAVE, LEAVE_STATIC = 0, -1, -2
+
+
+def topic_id(name: str) -> uuid.UUID:
+    """The simulated cluster's id of topic ``name`` (stable across runs)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"kgroup-sim/{name}")
+
+
+class MemberState848(enum.Enum):
+    """``MemberState`` of Kafka's coordinator (the broker's view of one member)."""
+
+    STABLE = "STABLE"
+    UNREVOKED_PARTITIONS = "UNREVOKED_PARTITIONS"
+    UNRELEASED_PARTITIONS = "UNRELEASED_PARTITIONS"
+
+
+MS = MemberState848
+
+
+@dataclass(frozen=True)
+class Member848:
+    member_id: str
+    instance_id: str | None
+    epoch: int
+    previous_epoch: int
+    state: MemberState848
+    assigned: frozenset[IdPartition]
+    pending: frozenset[IdPartition]  # pending revocation
+    rebalance_timeout_ms: int
+    subscribed: tuple[str, ...]
+    client: str = ""
+
+
+@dataclass(frozen=True)
+class GroupRecord848:
+    """What the coordinator persisted (every change, at once)."""
+
+    group_epoch: int
+    assignment_epoch: int
+    members: Mapping[str, Member848]
+    target: Mapping[str, frozenset[IdPartition]]
+
+
+@dataclass(frozen=True)
+class BrokerConfig848:
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    #: topic name -> partition count
+    topics: Mapping[str, int] = field(default_factory=dict)
+
+
+def by_topic(parts: Iterable[IdPartition]) -> tuple[TopicIdPartitions, ...]:
+    grouped: dict[uuid.UUID, list[int]] = {}
+    for p in parts:
+        grouped.setdefault(p.topic_id, []).append(p.partition)
+    return tuple(
+        TopicIdPartitions(topic_id=t, partitions=tuple(sorted(grouped[t])))
+        for t in sorted(grouped, key=str)
+    )
+
+
+def owned_of(parts: tuple[TopicIdPartitions, ...] | None) -> frozenset[IdPartition] | None:
+    if parts is None:
+        return None
+    return frozenset(P(t.topic_id, p) for t in parts for p in t.partitions)
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str = "") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def sticky_assign(
+    members: list[str],
+    universe: list[IdPartition],
+    previous: Mapping[str, frozenset[IdPartition]],
+) -> dict[str, frozenset[IdPartition]]:
+    """A sticky, balanced target: counts differ by at most one; each member keeps what its
+    previous target gave it up to its quota (members keeping more get the larger quotas
+    first), the rest go to the members below quota. Deterministic in the member ids."""
+    if not members:
+        return {}
+    inside = set(universe)
+    kept = {m: sorted(p for p in previous.get(m, ()) if p in inside) for m in members}
+    base, extra = divmod(len(universe), len(members))
+    order = sorted(members, key=lambda m: (-len(kept[m]), m))
+    quota = {m: base + (1 if i < extra else 0) for i, m in enumerate(order)}
+    new: dict[str, list[IdPartition]] = {}
+    taken: set[IdPartition] = set()
+    for m in members:
+        keep = [p for p in kept[m] if p not in taken][: quota[m]]
+        new[m] = keep
+        taken.update(keep)
+    free = [p for p in universe if p not in taken]
+    for m in sorted(members, key=lambda m: (len(new[m]), m)):
+        while len(new[m]) < quota[m]:
+            new[m].append(free.pop(0))
+    return {m: frozenset(ps) for m, ps in new.items()}
+
+
+class ConsumerGroupModel:
+    """One consumer group on its coordinator (see the module docstring)."""
+
+    def __init__(
+        self,
+        group_id: str,
+        config: BrokerConfig848,
+        *,
+        timers: Timers,
+        persist: Callable[[GroupRecord848], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.group_id = group_id
+        self.config = config
+        self.timers = timers
+        self._persist = persist
+        self._log = log
+        self.exists = False
+        self.group_epoch = 0
+        self.assignment_epoch = 0
+        self.members: dict[str, Member848] = {}
+        self.target: dict[str, frozenset[IdPartition]] = {}
+        #: Group epoch bumps (the summary's "rebalances").
+        self.rebalances = 0
+        self.universe = sorted(
+            (P(topic_id(t), p) for t, n in config.topics.items() for p in range(n)),
+            key=lambda p: (str(p.topic_id), p.partition),
+        )
+
+    @classmethod
+    def load(
+        cls,
+        group_id: str,
+        record: GroupRecord848 | None,
+        *,
+        config: BrokerConfig848,
+        timers: Timers,
+        persist: Callable[[GroupRecord848], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> ConsumerGroupModel:
+        """A coordinator loads the group (``onLoaded``): every member's session timer is
+        armed afresh, and the revocation timer of every member still revoking."""
+        group = cls(group_id, config, timers=timers, persist=persist, log=log)
+        if record is not None:
+            group.exists = True
+            group.group_epoch = record.group_epoch
+            group.assignment_epoch = record.assignment_epoch
+            group.members = dict(record.members)
+            group.target = dict(record.target)
+            group._trace(f"loaded epoch {record.group_epoch} members {sorted(group.members)}")
+            for member in group.members.values():
+                group._arm_session(member.member_id)
+                if member.state is MS.UNREVOKED_PARTITIONS:
+                    group._arm_revocation(member)
+            group.check()
+        return group
+
+    def unload(self) -> None:
+        """``onUnloaded()``: nothing is parked in a consumer group (the timers go with the
+        coordinator)."""
+
+    # -- what the simulation reads ---------------------------------------------------------
+
+    @property
+    def generation(self) -> int:
+        return self.group_epoch
+
+    def assignment_of(self, member_id: str) -> frozenset[IdPartition]:
+        member = self.members.get(member_id)
+        return frozenset() if member is None else member.assigned
+
+    def _trace(self, text: str) -> None:
+        if self._log is not None:
+            self._log(text)
+
+    def _save(self) -> None:
+        self.check()
+        if self._persist is not None:
+            self._persist(
+                GroupRecord848(
+                    self.group_epoch, self.assignment_epoch, dict(self.members), dict(self.target)
+                )
+            )
+
+    # -- timers ----------------------------------------------------------------------------
+
+    def _arm_session(self, member_id: str) -> None:
+        self.timers.schedule(
+            f"session:{member_id}",
+            self.config.session_timeout_ms,
+            lambda: self._expire(member_id, "session expired"),
+        )
+
+    def _arm_revocation(self, member: Member848) -> None:
+        member_id, epoch = member.member_id, member.epoch
+
+        def fire() -> None:
+            current = self.members.get(member_id)
+            if current is not None and current.epoch == epoch:
+                self._expire(member_id, f"did not revoke within {member.rebalance_timeout_ms} ms")
+
+        self.timers.schedule(f"revoke:{member_id}", member.rebalance_timeout_ms, fire)
+
+    def _expire(self, member_id: str, why: str) -> None:
+        if member_id in self.members:
+            self._trace(f"fence {member_id}: {why}")
+            self._remove(member_id)
+            self._save()
+
+    def _remove(self, member_id: str) -> None:
+        """``consumerGroupFenceMember``: the member, its target and its partitions go; the
+        group epoch is bumped."""
+        self.members.pop(member_id, None)
+        self.target.pop(member_id, None)
+        self.timers.cancel(f"session:{member_id}")
+        self.timers.cancel(f"revoke:{member_id}")
+        self._bump()
+
+    def _bump(self) -> None:
+        self.group_epoch += 1
+        self.rebalances += 1
+
+    # -- ConsumerGroupHeartbeat ------------------------------------------------------------
+
+    def heartbeat(
+        self, req: ConsumerGroupHeartbeatRequest, client: str = ""
+    ) -> ConsumerGroupHeartbeatResponse:
+        try:
+            self._validate(req)
+            if req.member_epoch in (LEAVE, LEAVE_STATIC):
+                resp = self._leave(req)
+            else:
+                resp = self._heartbeat(req, client)
+        except _Refused as refused:
+            self._trace(
+                f"{client} epoch {req.member_epoch}: {ErrorCode(refused.code).name} {refused}"
+            )
+            return ConsumerGroupHeartbeatResponse(  # Kafka's error answers carry epoch 0
+                error_code=refused.code, error_message=str(refused) or None, member_epoch=0
+            )
+        self._save()
+        return resp
+
+    def _validate(self, req: ConsumerGroupHeartbeatRequest) -> None:
+        if req.group_id != self.group_id:
+            raise ModelError(f"heartbeat for group {req.group_id!r}")
+        if not req.member_id:
+            raise _Refused(E.INVALID_REQUEST, "MemberId can't be empty.")  # v1 (KIP-1082)
+        epoch = req.member_epoch
+        if epoch == JOIN:
+            if req.rebalance_timeout_ms == -1:
+                raise _Refused(E.INVALID_REQUEST, "RebalanceTimeoutMs must be provided")
+            if req.topic_partitions is None or req.topic_partitions:
+                raise _Refused(E.INVALID_REQUEST, "TopicPartitions must be empty when joining")
+            if not req.subscribed_topic_names and not req.subscribed_topic_regex:
+                raise _Refused(E.INVALID_REQUEST, "SubscribedTopicNames must be set")
+        elif epoch == LEAVE_STATIC and req.instance_id is None:
+            raise _Refused(E.INVALID_REQUEST, "InstanceId can't be null.")
+        elif epoch < LEAVE_STATIC:
+            raise _Refused(E.INVALID_REQUEST, "MemberEpoch is invalid.")
+        if req.subscribed_topic_regex:  # "" (no regex) is what kgroup sends with names
+            raise ModelError("the simulation does not model regex subscriptions")
+        if epoch != JOIN and not self.exists:
+            raise _Refused(E.GROUP_ID_NOT_FOUND, "no such group")
+
+    def _leave(self, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
+        if req.instance_id is None:
+            if req.member_id not in self.members:
+                raise _Refused(E.UNKNOWN_MEMBER_ID)
+            member = self.members[req.member_id]
+        else:
+            member = self._static_holder(req.instance_id, req.member_id)
+        if req.member_epoch == LEAVE_STATIC:
+            self.members[member.member_id] = replace(
+                member, epoch=LEAVE_STATIC, pending=frozenset()
+            )
+            self._trace(f"{member.member_id} ({member.client}) leaves for now (-2)")
+        else:
+            self._trace(f"{member.member_id} ({member.client}) leaves")
+            self._remove(member.member_id)
+        return ConsumerGroupHeartbeatResponse(
+            error_code=E.NONE, member_id=req.member_id, member_epoch=req.member_epoch
+        )
+
+    def _static_holder(self, instance_id: str, member_id: str) -> Member848:
+        holder = self._by_instance(instance_id)
+        if holder is None:
+            raise _Refused(E.UNKNOWN_MEMBER_ID, f"no static member {instance_id}")
+        if holder.member_id != member_id:
+            raise _Refused(E.FENCED_INSTANCE_ID, f"{instance_id} is {holder.member_id}")
+        return holder
+
+    def _by_instance(self, instance_id: str) -> Member848 | None:
+        for member in self.members.values():
+            if member.instance_id == instance_id:
+                return member
+        return None
+
+    @staticmethod
+    def _check_epoch(member: Member848, epoch: int, owned: frozenset[IdPartition] | None) -> None:
+        if epoch > member.epoch:
+            raise _Refused(E.FENCED_MEMBER_EPOCH, f"epoch {epoch} > {member.epoch}")
+        if epoch < member.epoch and (
+            epoch != member.previous_epoch or owned is None or not owned <= member.assigned
+        ):
+            raise _Refused(E.FENCED_MEMBER_EPOCH, f"epoch {epoch} < {member.epoch}")
+
+    def _new_member(self, req: ConsumerGroupHeartbeatRequest, client: str) -> Member848:
+        return Member848(
+            member_id=req.member_id,
+            instance_id=req.instance_id,
+            epoch=0,
+            previous_epoch=0,
+            state=MS.STABLE,
+            assigned=frozenset(),
+            pending=frozenset(),
+            rebalance_timeout_ms=req.rebalance_timeout_ms,
+            subscribed=tuple(req.subscribed_topic_names or ()),
+            client=client,
+        )
+
+    def _member_for(
+        self, req: ConsumerGroupHeartbeatRequest, client: str, owned: frozenset[IdPartition] | None
+    ) -> tuple[Member848, bool]:
+        """The member this heartbeat is from, and whether it is new to the group (a group
+        epoch bump). Raises _Refused as Kafka does."""
+        epoch = req.member_epoch
+        if req.instance_id is None:
+            member = self.members.get(req.member_id)
+            if member is None:
+                if epoch != JOIN:
+                    raise _Refused(E.UNKNOWN_MEMBER_ID)
+                return self._new_member(req, client), True
+            if epoch != JOIN:  # 4.4.0: a rejoin under the same id is accepted as is
+                self._check_epoch(member, epoch, owned)
+            return member, False
+        if epoch != JOIN:
+            current = self._static_holder(req.instance_id, req.member_id)
+            self._check_epoch(current, epoch, owned)
+            return current, False
+        holder = self._by_instance(req.instance_id)
+        if holder is None:
+            return self._new_member(req, client), True
+        if holder.epoch != LEAVE_STATIC:
+            raise _Refused(E.UNRELEASED_INSTANCE_ID, f"{req.instance_id} is {holder.member_id}")
+        # Static replacement: the new member id takes over the instance's assignment.
+        new = replace(holder, member_id=req.member_id, epoch=0, previous_epoch=0, client=client)
+        self._trace(f"{req.member_id} ({client}) replaces static {holder.member_id}")
+        target = self.target.pop(holder.member_id, None)
+        del self.members[holder.member_id]
+        self.timers.cancel(f"session:{holder.member_id}")
+        self.timers.cancel(f"revoke:{holder.member_id}")
+        if target is not None:
+            self.target[req.member_id] = target
+        return new, False
+
+    def _heartbeat(
+        self, req: ConsumerGroupHeartbeatRequest, client: str
+    ) -> ConsumerGroupHeartbeatResponse:
+        owned = owned_of(req.topic_partitions)
+        member, joined = self._member_for(req, client, owned)
+        if not self.exists:
+            self.exists = True
+            self.group_epoch = self.assignment_epoch = 1  # Kafka 4.3+: a new group is at 1
+        updated = member
+        if req.rebalance_timeout_ms != -1:
+            updated = replace(updated, rebalance_timeout_ms=req.rebalance_timeout_ms)
+        if req.subscribed_topic_names is not None:
+            updated = replace(updated, subscribed=tuple(req.subscribed_topic_names))
+        if joined or updated.subscribed != member.subscribed:
+            self._bump()
+            if joined:
+                self._trace(f"{req.member_id} ({client}) joins: group epoch {self.group_epoch}")
+        self.members[updated.member_id] = updated
+        if self.group_epoch > self.assignment_epoch:
+            self._compute_target()
+        reconciled = self._reconcile(updated, owned)
+        if reconciled != updated:
+            self.members[reconciled.member_id] = reconciled
+            if reconciled.state is MS.UNREVOKED_PARTITIONS:
+                self._arm_revocation(reconciled)
+            else:
+                self.timers.cancel(f"revoke:{reconciled.member_id}")
+            self._trace(
+                f"{client} {reconciled.state.name} epoch {reconciled.epoch} "
+                f"assigned {self._show(reconciled.assigned)} "
+                f"revoking {self._show(reconciled.pending)}"
+            )
+        self._arm_session(reconciled.member_id)
+        full = req.member_epoch == JOIN or (
+            req.rebalance_timeout_ms != -1
+            and req.subscribed_topic_names is not None
+            and req.topic_partitions is not None
+        )
+        changed = reconciled.assigned != member.assigned
+        return ConsumerGroupHeartbeatResponse(
+            error_code=E.NONE,
+            member_id=reconciled.member_id,
+            member_epoch=reconciled.epoch,
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            assignment=by_topic(reconciled.assigned) if full or changed else None,
+        )
+
+    def _show(self, parts: Iterable[IdPartition]) -> str:
+        names = {topic_id(t): t for t in self.config.topics}
+        return "[" + ",".join(f"{names.get(p.topic_id, '?')}-{p.partition}" for p in sorted(
+            parts, key=lambda p: (str(p.topic_id), p.partition)
+        )) + "]"  # fmt: skip
+
+    def _compute_target(self) -> None:
+        members = sorted(self.members)
+        self.target = sticky_assign(members, self.universe, self.target)
+        self.assignment_epoch = self.group_epoch
+        self._trace(
+            f"target at epoch {self.group_epoch}: "
+            + " ".join(f"{self.members[m].client}={self._show(self.target[m])}" for m in members)
+        )
+
+    def _owner_of(self, part: IdPartition, besides: str) -> str | None:
+        for member in self.members.values():
+            if member.member_id != besides and (part in member.assigned or part in member.pending):
+                return member.member_id
+        return None
+
+    def _reconcile(self, member: Member848, owned: frozenset[IdPartition] | None) -> Member848:
+        """``CurrentAssignmentBuilder.build``."""
+        target_epoch = self.assignment_epoch
+        if member.epoch == LEAVE_STATIC:
+            return member
+        if member.state is MS.STABLE:
+            if member.epoch == target_epoch:
+                return member
+            return self._next(member, member.epoch, owned)
+        if member.state is MS.UNREVOKED_PARTITIONS:
+            if owned is None or owned & member.pending:
+                return member
+            return self._next(member, member.epoch + 1, owned)
+        return self._next(member, member.epoch, owned)
+
+    def _next(
+        self, member: Member848, epoch: int, owned: frozenset[IdPartition] | None
+    ) -> Member848:
+        """``computeNextAssignment``."""
+        target = self.target.get(member.member_id, frozenset())
+        keep = member.assigned & target
+        revoke = member.assigned - keep
+        wanted = target - keep
+        unreleased = frozenset(p for p in wanted if self._owner_of(p, member.member_id))
+        new = wanted - unreleased
+        target_epoch = self.assignment_epoch
+
+        def moved(state: MemberState848, to: int, assigned: frozenset[IdPartition]) -> Member848:
+            return replace(
+                member,
+                state=state,
+                epoch=to,
+                previous_epoch=member.epoch,
+                assigned=assigned,
+                pending=revoke if state is MS.UNREVOKED_PARTITIONS else frozenset(),
+            )
+
+        if revoke and (owned is None or owned & revoke):
+            return moved(MS.UNREVOKED_PARTITIONS, epoch, keep)
+        state = MS.UNRELEASED_PARTITIONS if unreleased else MS.STABLE
+        return moved(state, target_epoch, keep | new)
+
+    # -- invariant 4 ------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """The model's consistency: raises ModelError."""
+        holder: dict[IdPartition, str] = {}
+        for mid, member in self.members.items():
+            if member.member_id != mid:
+                raise ModelError(f"member {mid} recorded as {member.member_id}")
+            if member.assigned & member.pending:
+                raise ModelError(f"{mid} both holds and revokes {member.assigned & member.pending}")
+            if member.epoch > self.group_epoch:
+                raise ModelError(f"{mid} at epoch {member.epoch} > group {self.group_epoch}")
+            if member.state is MS.UNREVOKED_PARTITIONS and member.epoch != LEAVE_STATIC:
+                if not member.pending:
+                    raise ModelError(f"{mid} UNREVOKED_PARTITIONS with nothing to revoke")
+            for part in member.assigned | member.pending:
+                if part in holder:
+                    raise ModelError(f"{part} held by {holder[part]} and {mid}")
+                holder[part] = mid
+            if member.state is MS.STABLE and member.epoch == self.assignment_epoch:
+                if member.assigned != self.target.get(mid, frozenset()):
+                    raise ModelError(f"{mid} STABLE at the target epoch but not on its target")
+            if member.instance_id is not None:
+                same = [m for m in self.members.values() if m.instance_id == member.instance_id]
+                if len(same) > 1:
+                    raise ModelError(f"instance {member.instance_id} held by {len(same)} members")
+        if self.assignment_epoch > self.group_epoch:
+            raise ModelError(f"assignment epoch {self.assignment_epoch} > {self.group_epoch}")
+        targeted: set[IdPartition] = set()
+        for mid, parts in self.target.items():
+            if mid not in self.members:
+                raise ModelError(f"target for {mid}, not a member")
+            if parts & targeted:
+                raise ModelError(f"target gives {sorted(parts & targeted)} twice")
+            targeted |= parts
+        if self.members and self.assignment_epoch == self.group_epoch:
+            if set(self.target) == set(self.members):
+                if targeted != set(self.universe):
+                    raise ModelError("the target does not cover every partition")
+                sizes = [len(p) for p in self.target.values()]
+                if max(sizes) - min(sizes) > 1:
+                    raise ModelError(f"target not balanced: {sorted(sizes)}")

@@ -1,0 +1,294 @@
+"""The consumer protocol (KIP-848) in the simulated world: what ``_world.py`` adds for a
+``consumer`` schedule.
+
+- The coordinator runs :class:`~._model_848.ConsumerGroupModel` (loaded from the persisted
+  record when it moves, with the same placement, loading, crashes and injected errors as a
+  classic group); every broker answers Metadata by topic id for the schedule's topics.
+- Members run ``GroupMember(GroupConfig(..., group_protocol="consumer"))`` with the broker's
+  session timeout as ``consumer_session_timeout_ms`` (the lease; kgroup also reads it with
+  DescribeConfigs, which every broker answers here) and the schedule's
+  ``max_poll_ms`` as the poll timer (and so the rebalance timeout); the heartbeat interval
+  comes from the model's answers.
+- Member ids are client-generated UUIDs (KIP-1082): :func:`deterministic_member_ids` makes
+  them a function of the schedule, so that a seed replays byte for byte.
+- :func:`stable_state_848` is invariant 2 for these groups; :func:`stable_bound_848_ms`
+  its bound.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, cast
+
+from kgroup import GroupConfig, MemberState
+from kgroup._core._kip848_member import ConsumerProtocolMember
+from kgroup._core._kip848_state import ConsumerState, IdPartition
+from kgroup._errors import ErrorCode
+from kgroup._runtime._kip848 import ConsumerProtocolRuntime
+from kgroup.testing.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    DescribedConfig,
+    DescribedConfigs,
+    MetadataBroker,
+    MetadataPartition,
+    MetadataRequest,
+    MetadataResponse,
+    MetadataTopic,
+)
+
+from ._model import ModelError
+from ._model_848 import ConsumerGroupModel, MemberState848, topic_id
+
+if TYPE_CHECKING:
+    from ._process import Process
+    from ._world import Params, World
+
+__all__ = [
+    "INJECTED_848",
+    "consumer_config",
+    "core_848",
+    "describe_configs_response",
+    "deterministic_member_ids",
+    "error_response_848",
+    "metadata_response",
+    "spin_guard",
+    "stable_bound_848_ms",
+    "stable_state_848",
+]
+
+E = ErrorCode
+
+#: Metadata's UNKNOWN_TOPIC_ID (not in kgroup.ErrorCode).
+UNKNOWN_TOPIC_ID = 100
+
+#: Error codes the broker may answer a ConsumerGroupHeartbeat with, leaving the group as it
+#: is: the coordinator errors, and a fenced answer (Kafka answers FENCED_MEMBER_EPOCH and
+#: UNKNOWN_MEMBER_ID without removing the member, e.g. to a stale epoch; the member then
+#: rejoins at epoch 0 under its member id).
+INJECTED_848: tuple[int, ...] = (
+    E.COORDINATOR_LOAD_IN_PROGRESS,
+    E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_COORDINATOR,
+    E.FENCED_MEMBER_EPOCH,
+    E.UNKNOWN_MEMBER_ID,
+)
+
+
+def consumer_config(params: Params, slot: str, instance_id: str | None) -> GroupConfig:
+    """A consumer-protocol member of schedule ``params`` (GroupConfig refuses the classic
+    fields: the broker owns the session, the interval and the assignment)."""
+    return GroupConfig(
+        bootstrap_servers="b0:9092",
+        group_id="sim-group",
+        topics=tuple(t for t, _ in params.topics),
+        group_protocol="consumer",
+        group_instance_id=instance_id,
+        consumer_session_timeout_ms=params.session_ms,
+        max_poll_interval_ms=params.max_poll_ms,
+        request_timeout_ms=params.request_timeout_ms,
+        client_id=slot,
+    )
+
+
+def core_848(proc: Process) -> ConsumerProtocolMember:
+    return cast(ConsumerProtocolMember, proc.member._core)
+
+
+@contextlib.contextmanager
+def deterministic_member_ids(seed: int) -> Iterator[None]:
+    """``uuid.uuid4`` (the member ids kgroup generates) as a counter of the schedule while
+    it runs, so that a seed replays byte for byte (restored after)."""
+    saved = uuid.uuid4
+    counter = [0]
+
+    def next_id() -> uuid.UUID:
+        counter[0] += 1
+        return uuid.UUID(int=((seed & 0xFFFFFFFF) << 64) | counter[0], version=4)
+
+    uuid.uuid4 = next_id
+    try:
+        yield
+    finally:
+        uuid.uuid4 = saved
+
+
+#: Rounds of ConsumerProtocolRuntime._wait_in_poll at one virtual instant after which
+#: :func:`spin_guard` declares the member stuck.
+SPIN_ROUNDS = 10_000
+
+
+@contextlib.contextmanager
+def spin_guard(world: World) -> Iterator[None]:
+    """A consumer-protocol runtime that waits in its poll path at one virtual instant
+    ``SPIN_ROUNDS`` times fails the schedule (``livelock``) instead of hanging it: such a
+    loop may never yield to the scheduler (a close() after a poll() cancelled mid-callback
+    did, before kgroup fixed it)."""
+    from ._world import SimulationFailure
+
+    original = ConsumerProtocolRuntime._wait_in_poll
+    seen = {"at": -1.0, "rounds": 0}
+
+    async def wait_in_poll(
+        self: ConsumerProtocolRuntime, until: float | None, deadline: float | None
+    ) -> None:
+        if world.now != seen["at"]:
+            seen["at"], seen["rounds"] = world.now, 0
+        seen["rounds"] += 1
+        if seen["rounds"] > SPIN_ROUNDS:
+            message = f"a member's poll path waited {SPIN_ROUNDS} times at {world.now:.3f} ms"
+            world.fail(SimulationFailure("livelock", message))
+            raise RuntimeError(message)
+        await original(self, until, deadline)
+
+    ConsumerProtocolRuntime._wait_in_poll = wait_in_poll  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ConsumerProtocolRuntime._wait_in_poll = original  # type: ignore[method-assign]
+
+
+#: The group config that bounds a consumer-protocol member's lease (kgroup reads it).
+SESSION_TIMEOUT_KEY = "consumer.session.timeout.ms"
+RESOURCE_GROUP = 32
+CONFIG_SOURCE_DEFAULT = 5
+
+
+def describe_configs_response(world: World, msg: DescribeConfigsRequest) -> DescribeConfigsResponse:
+    """DescribeConfigs from any broker: a GROUP's ``consumer.session.timeout.ms`` is the
+    schedule's session timeout (the broker default here: no group overrides)."""
+    results = []
+    for query in msg.resources:
+        if query.resource_type != RESOURCE_GROUP:
+            raise ModelError(f"DescribeConfigs for resource type {query.resource_type}")
+        entry = DescribedConfig(
+            name=SESSION_TIMEOUT_KEY,
+            value=str(world.params.session_ms),
+            source=CONFIG_SOURCE_DEFAULT,
+        )
+        wanted = query.keys is None or SESSION_TIMEOUT_KEY in query.keys
+        results.append(
+            DescribedConfigs(
+                error_code=E.NONE,
+                resource_type=RESOURCE_GROUP,
+                resource_name=query.resource_name,
+                configs=(entry,) if wanted else (),
+            )
+        )
+    return DescribeConfigsResponse(results=tuple(results))
+
+
+def metadata_response(world: World, msg: MetadataRequest) -> MetadataResponse:
+    """Metadata from any broker: the schedule's topics, by id (v12+) or by name."""
+    topics = dict(world.params.topics)
+    by_id = {topic_id(t): t for t in topics}
+    nodes = world.cluster.up
+    brokers = tuple(
+        MetadataBroker(node_id=n, host=f"b{n}", port=9092) for n, ok in enumerate(nodes) if ok
+    )
+    found: list[MetadataTopic] = []
+    if msg.topic_ids is not None:
+        wanted: list[tuple[uuid.UUID, str | None]] = [(t, by_id.get(t)) for t in msg.topic_ids]
+    else:
+        names = msg.topics if msg.topics is not None else tuple(topics)
+        wanted = [(topic_id(n), n if n in topics else None) for n in names]
+    for tid, name in wanted:
+        if name is None:
+            found.append(MetadataTopic(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=tid))
+            continue
+        parts = tuple(
+            MetadataPartition(partition=p, leader_id=p % len(nodes)) for p in range(topics[name])
+        )
+        found.append(MetadataTopic(error_code=E.NONE, name=name, topic_id=tid, partitions=parts))
+    return MetadataResponse(brokers=brokers, cluster_id="sim", topics=tuple(found))
+
+
+def error_response_848(msg: ConsumerGroupHeartbeatRequest, error: int) -> Any:
+    return ConsumerGroupHeartbeatResponse(error_code=error, member_epoch=0)
+
+
+def stable_bound_848_ms(params: Params) -> float:
+    """How long after the faults stop a consumer-protocol group must be stable (invariant 2).
+
+    After the faults stop (F): every request sent before F has resolved within the request
+    timeout T, and every coordinator load begun before F has ended within S (a load takes
+    at most one session timeout S here), which re-arms every member's session timer. So a
+    dead incarnation's member id (dynamic, or static without its -2) is removed by F + 2S;
+    a slow poll begun before F ends within 1.5 R (R = max_poll, the rebalance timeout),
+    after which its member leaves (poll timer) and rejoins. Once the membership is final
+    (by F + 2S + 1.5R), the group converges in a bounded number of heartbeat rounds: the
+    target is recomputed at the next heartbeat (H), owners revoke at their next poll and
+    acknowledge at once (H), the new owners get the partitions at their next heartbeat (H),
+    and acknowledge (H); a member the broker fenced on the way rejoins (H). A second
+    of latency and backoff (a static member retrying UNRELEASED_INSTANCE_ID waits up to
+    ``retry_backoff_max_ms``). Hence ``T + 2S + 1.5R + 6H + 2 s``.
+    """
+    return (
+        params.request_timeout_ms
+        + 2 * params.session_ms
+        + 1.5 * params.max_poll_ms
+        + 6 * params.heartbeat_ms
+        + 2_000
+    )
+
+
+def stable_state_848(world: World) -> str | None:
+    """None when the consumer-protocol group is stable: every member slot live and in the
+    group (no other member: no dead incarnation, no static member gone with -2), the target
+    up to date (assignment epoch = group epoch), every member STABLE on the broker at the
+    target epoch, kgroup's member STABLE at the same epoch with nothing pending, its lease
+    valid, holding exactly its target, and every partition held exactly once."""
+    cluster = world.cluster
+    group = cluster.active_group()
+    if group is None or not cluster.up[cluster.coordinator]:
+        return "coordinator not loaded"
+    assert isinstance(group, ConsumerGroupModel)
+    procs = world.live()
+    if len(procs) != len(world.slots) or any(p.closing for p in procs):
+        return "members not all live"
+    if not all(p.started for p in procs):
+        return "members not all started"
+    ids = {core_848(p).member_id: p for p in procs}
+    if set(ids) != set(group.members):
+        return f"members {sorted(group.members)} != {sorted(ids)}"
+    if group.assignment_epoch != group.group_epoch:
+        return f"target at epoch {group.assignment_epoch}, group at {group.group_epoch}"
+    union: set[Any] = set()
+    count = 0
+    names = {topic_id(t): t for t, _ in world.params.topics}
+    for member_id, proc in ids.items():
+        broker = group.members[member_id]
+        if broker.state is not MemberState848.STABLE or broker.epoch != group.group_epoch:
+            return f"{proc.holder} {broker.state.name} at epoch {broker.epoch} on the broker"
+        core = core_848(proc)
+        if core.state is not ConsumerState.STABLE or proc.member.state is not MemberState.STABLE:
+            return f"{proc.holder} {core.state.name}"
+        if core.member_epoch != broker.epoch:
+            return f"{proc.holder} at epoch {core.member_epoch}, broker {broker.epoch}"
+        if core.rebalance_pending() or core.owned != broker.assigned:
+            return f"{proc.holder} not done reconciling"
+        if proc.completed_generation != broker.epoch:
+            return f"{proc.holder} has not polled at epoch {broker.epoch}"
+        valid = core.valid_until
+        if valid is not None and valid <= world.now:
+            return f"{proc.holder} lease lapsed"
+        owned = proc.owned
+        expected = {_named(p, names) for p in group.target.get(member_id, frozenset())}
+        if owned != expected:
+            return f"{proc.holder} owns {sorted(map(str, owned))} != its target"
+        union |= owned
+        count += len(owned)
+    everything = {_named(p, names) for p in group.universe}
+    if union != everything or count != len(everything):
+        return "partitions not each held exactly once"
+    return None
+
+
+def _named(part: IdPartition, names: dict[uuid.UUID, str]) -> Any:
+    from kgroup import TopicPartition
+
+    return TopicPartition(names[part.topic_id], part.partition)

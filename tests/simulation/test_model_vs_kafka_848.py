@@ -1,0 +1,352 @@
+"""Keep the consumer-protocol model honest: scripted ConsumerGroupHeartbeat conversations,
+sent both to ``_model_848.ConsumerGroupModel`` and to Apache Kafka 4.4.0 (``kafka_broker``,
+whose ``group.consumer.assignment.interval.ms`` is 0), compared answer by answer.
+
+Each script is a list of heartbeats (member, epoch, what it reports owning, instance id)
+and waits. Both sides answer; the test compares, per answer: the error code, the
+assignment (partition numbers, or None for "unchanged"), and the member epoch *up to
+renaming*: every epoch above 0 is replaced by the rank of its first appearance in the
+conversation (so "same epoch as before", "a new epoch" and "the epoch another member has"
+are compared, never the absolute numbers; 0, -1 and -2 stay as they are). Where the two
+disagree the broker wins and the model gets fixed.
+
+The scripts: join, then revoke before assign (a second member waits for the partitions
+the first one revokes); the previous-epoch tolerance of spec §10.3 (and its limits); a
+dynamic member's rejoin at epoch 0 under its member id; leave (-1); a static member that
+leaves with -2 and is replaced by a new member id (and the UNRELEASED_INSTANCE_ID and
+FENCED_INSTANCE_ID answers around it); the revocation deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from kgroup.testing import KafkaBroker
+from kgroup.testing.messages import (
+    ConsumerGroupHeartbeatRequest,
+    ConsumerGroupHeartbeatResponse,
+    FindCoordinatorRequest,
+    MetadataRequest,
+    TopicIdPartitions,
+)
+
+from ._model import Timers
+from ._model_848 import BrokerConfig848, ConsumerGroupModel, topic_id
+
+PARTITIONS = 6
+#: Long enough for the broker's default consumer session (45 s): no session expires here.
+REBALANCE_TIMEOUT_MS = 30_000
+SHORT_REBALANCE_TIMEOUT_MS = 2_000
+
+#: What one answer shows: (error code, epoch, assignment as sorted partitions or None).
+Answer = tuple[int, int, tuple[int, ...] | None]
+
+
+@dataclass(frozen=True)
+class Hb:
+    """One heartbeat of a script. ``owned``: the partitions reported (None: not sent);
+    ``full``: send every field (as after an error); epoch ``None``: the epoch of the
+    member's last answer (``prev``: the one before it)."""
+
+    member: str
+    epoch: int | str | None = None
+    owned: tuple[int, ...] | None = None
+    full: bool = False
+    instance: str | None = None
+    rebalance_timeout_ms: int = REBALANCE_TIMEOUT_MS
+
+
+@dataclass(frozen=True)
+class Wait:
+    ms: float
+
+
+Step = Hb | Wait
+
+
+class Side:
+    """One side of the comparison; ``send`` answers a request."""
+
+    def __init__(self) -> None:
+        self.epochs: dict[str, list[int]] = {}
+        self.ids: dict[str, str] = {}
+
+    def member_id(self, name: str) -> str:
+        return self.ids.setdefault(name, f"{name}-{uuid.uuid4()}")
+
+    async def send(self, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
+        raise NotImplementedError
+
+    async def wait(self, ms: float) -> None:
+        raise NotImplementedError
+
+    def topic(self) -> uuid.UUID:
+        raise NotImplementedError
+
+    async def run(self, group: str, topic: str, script: list[Step]) -> list[Answer]:
+        answers: list[Answer] = []
+        for step in script:
+            if isinstance(step, Wait):
+                await self.wait(step.ms)
+                continue
+            seen = self.epochs.setdefault(step.member, [0])
+            epoch = step.epoch
+            if epoch is None:
+                epoch = seen[-1]
+            elif epoch == "prev":
+                epoch = seen[-2]
+            assert isinstance(epoch, int)
+            tid = self.topic()
+            owned = (
+                None
+                if step.owned is None
+                else (TopicIdPartitions(topic_id=tid, partitions=tuple(step.owned)),)
+            )
+            fields: dict[str, Any] = {}
+            if epoch == 0:
+                fields = {
+                    "rebalance_timeout_ms": step.rebalance_timeout_ms,
+                    "subscribed_topic_names": (topic,),
+                    "topic_partitions": (),
+                }
+            elif epoch > 0 and step.full:
+                fields = {
+                    "rebalance_timeout_ms": step.rebalance_timeout_ms,
+                    "subscribed_topic_names": (topic,),
+                    "topic_partitions": owned or (),
+                }
+            elif epoch > 0:
+                fields = {"topic_partitions": owned}
+            resp = await self.send(
+                ConsumerGroupHeartbeatRequest(
+                    group_id=group,
+                    member_id=self.member_id(step.member),
+                    member_epoch=epoch,
+                    instance_id=step.instance,
+                    **fields,
+                )
+            )
+            if resp.error_code == 0 and resp.member_epoch not in (seen[-1], -1, -2):
+                seen.append(resp.member_epoch)
+            assignment = (
+                None
+                if resp.assignment is None
+                else tuple(sorted(p for t in resp.assignment for p in t.partitions))
+            )
+            answers.append((resp.error_code, resp.member_epoch, assignment))
+        return answers
+
+
+class _ManualTimers(Timers):
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.due: dict[str, tuple[float, Callable[[], None]]] = {}
+
+    def schedule(self, key: str, delay_ms: float, fn: Callable[[], None]) -> None:
+        self.due[key] = (self.now + delay_ms, fn)
+
+    def cancel(self, key: str) -> None:
+        self.due.pop(key, None)
+
+    def advance(self, ms: float) -> None:
+        end = self.now + ms
+        while True:
+            ready = sorted((at, key) for key, (at, _) in self.due.items() if at <= end)
+            if not ready:
+                break
+            at, key = ready[0]
+            _, fn = self.due.pop(key)
+            self.now = at
+            fn()
+        self.now = end
+
+
+class ModelSide(Side):
+    def __init__(self, group: str, topic: str) -> None:
+        super().__init__()
+        self.timers = _ManualTimers()
+        self.topic_name = topic
+        self.model = ConsumerGroupModel(
+            group,
+            BrokerConfig848(
+                session_timeout_ms=45_000,
+                heartbeat_interval_ms=5_000,
+                topics={topic: PARTITIONS},
+            ),
+            timers=self.timers,
+        )
+
+    async def send(self, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
+        return self.model.heartbeat(req)
+
+    async def wait(self, ms: float) -> None:
+        self.timers.advance(ms)
+
+    def topic(self) -> uuid.UUID:
+        return topic_id(self.topic_name)
+
+
+class KafkaSide(Side):
+    def __init__(self, conn: Any, tid: uuid.UUID) -> None:
+        super().__init__()
+        self.conn = conn
+        self.tid = tid
+
+    async def send(self, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
+        resp: ConsumerGroupHeartbeatResponse = await self.conn.request(req, 10_000)
+        return resp
+
+    async def wait(self, ms: float) -> None:
+        await asyncio.sleep(ms / 1000)
+
+    def topic(self) -> uuid.UUID:
+        return self.tid
+
+
+def normalized(answers: list[Answer]) -> list[Answer]:
+    """Epochs above 0 renamed to the rank of their first appearance."""
+    ranks: dict[int, int] = {}
+    out: list[Answer] = []
+    for code, epoch, assignment in answers:
+        if epoch > 0:
+            epoch = 100 + ranks.setdefault(epoch, len(ranks))
+        out.append((code, epoch, assignment))
+    return out
+
+
+async def _until_the_coordinator_sees(conn: Any, group: str, topic: str) -> None:
+    """A topic just created may not be in the group coordinator's metadata yet (a join then
+    gets an empty assignment): join a throwaway group until it assigns the partitions."""
+    for attempt in range(100):
+        member = f"warm-{attempt}-{uuid.uuid4()}"
+        join = ConsumerGroupHeartbeatRequest(
+            group_id=group,
+            member_id=member,
+            member_epoch=0,
+            rebalance_timeout_ms=REBALANCE_TIMEOUT_MS,
+            subscribed_topic_names=(topic,),
+            topic_partitions=(),
+        )
+        resp = await conn.request(join, 10_000)
+        if resp.error_code == 0:
+            leave = ConsumerGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=-1)
+            await conn.request(leave, 10_000)
+            if resp.assignment:
+                return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"the group coordinator never assigned {topic}")
+
+
+async def run_both(broker: KafkaBroker, group: str, topic: str, script: list[Step]) -> None:
+    from kgroup._runtime._connection import BrokerConnection
+
+    model = await ModelSide(group, topic).run(group, topic, script)
+    host, port = broker.bootstrap.rsplit(":", 1)
+    conn = await BrokerConnection.open(
+        host, int(port), client_id="model-vs-kafka", timeout_ms=10_000
+    )
+    try:
+        md = await conn.request(MetadataRequest(topics=(topic,)), 10_000)
+        tid = md.topics[0].topic_id
+        for _ in range(100):  # the group coordinator may still be loading
+            found = await conn.request(FindCoordinatorRequest(group_id=group), 10_000)
+            if found.error_code == 0:
+                break
+            await asyncio.sleep(0.2)
+        await _until_the_coordinator_sees(conn, f"{group}-warm", topic)
+        kafka = await KafkaSide(conn, tid).run(group, topic, script)
+    finally:
+        await conn.aclose()
+    steps = [s for s in script if isinstance(s, Hb)]
+    lines = [
+        f"{i:2} {s.member} epoch={s.epoch} owned={s.owned} full={s.full}: model {m} kafka {k}"
+        for i, (s, m, k) in enumerate(zip(steps, normalized(model), normalized(kafka), strict=True))
+    ]
+    assert normalized(model) == normalized(kafka), "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scripts
+# ---------------------------------------------------------------------------------------------
+
+ALL = tuple(range(PARTITIONS))
+
+#: Join; revoke before assign; the previous-epoch tolerance; a dynamic rejoin at epoch 0;
+#: leave.
+DYNAMIC: list[Step] = [
+    Hb("a", 0),  # a joins alone: everything
+    Hb("a", owned=ALL),  # acknowledged
+    Hb("b", 0),  # b joins: nothing yet, a must revoke first (UNRELEASED_PARTITIONS)
+    Hb("a", owned=ALL),  # a is asked to revoke 3 (same epoch, UNREVOKED_PARTITIONS)
+    Hb("b", owned=()),  # still nothing for b
+    Hb("a"),  # owned not sent: a still counts as owning them
+    Hb("a", owned=(0, 1, 2)),  # revoked: a moves to the new epoch
+    Hb("b", owned=()),  # now b gets them
+    Hb("a", "prev", owned=(0, 1, 2), full=True),  # previous epoch, subset: accepted
+    Hb("a", "prev", owned=(0, 1, 2, 3), full=True),  # previous epoch, not a subset: fenced
+    Hb("a", owned=(0, 1, 2), full=True),  # fenced answers change nothing
+    Hb("a", 99, owned=(0, 1, 2), full=True),  # an epoch ahead: fenced
+    Hb("a", 0),  # a rejoins at epoch 0 under its member id: accepted as is (4.4.0)
+    Hb("a", owned=(0, 1, 2), full=True),
+    Hb("b", owned=(3, 4, 5)),
+    Hb("a", -1),  # a leaves
+    Hb("b", owned=(3, 4, 5)),  # b gets everything at a new epoch
+    Hb("a", 1, owned=(), full=True),  # a is gone
+]
+
+#: A static member: -2 keeps its place and partitions; a new member id replaces it.
+STATIC: list[Step] = [
+    Hb("b", 0),
+    Hb("b", owned=ALL),
+    Hb("s", 0, instance="i1"),  # static s joins: waits for b
+    Hb("b", owned=ALL),  # b revokes three
+    Hb("b", owned=(0, 1, 2)),
+    Hb("s", owned=(), instance="i1"),  # s gets them
+    Hb("s", owned=(3, 4, 5), instance="i1"),
+    Hb("s", 0, instance="i1"),  # a join with the instance id, not released: refused
+    Hb("t", 0, instance="i1"),  # from another member id too
+    Hb("s", -2, instance="i1"),  # s leaves for now
+    Hb("s", 1, owned=(3, 4, 5), full=True, instance="i1"),  # its epoch is -2 now: fenced
+    Hb("b", owned=(0, 1, 2)),  # b gets nothing more, at the same epoch
+    Hb("t", 0, instance="i1"),  # t replaces s: s's partitions, no new group epoch
+    Hb("s", 1, owned=(), full=True, instance="i1"),  # s's member id is fenced for good
+    Hb("b", owned=(0, 1, 2)),
+    Hb("t", -2, instance="i1"),
+    Hb("t", 0, instance="i1"),  # the same member id comes back after -2
+]
+
+#: The revocation deadline: a member that does not revoke within its rebalance timeout
+#: is removed, and its partitions go to the others.
+DEADLINE: list[Step] = [
+    Hb("a", 0, rebalance_timeout_ms=SHORT_REBALANCE_TIMEOUT_MS),
+    Hb("a", owned=ALL),
+    Hb("b", 0),
+    Hb("a", owned=ALL),  # asked to revoke three; never does
+    Wait(SHORT_REBALANCE_TIMEOUT_MS + 1_500),
+    Hb("b", owned=()),  # a was removed: b gets everything
+    Hb("a", owned=ALL),  # a is unknown now
+]
+
+
+@pytest.mark.parametrize("name", ["dynamic", "static", "deadline"])
+async def test_model_answers_as_kafka(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, name: str
+) -> None:
+    script = {"dynamic": DYNAMIC, "static": STATIC, "deadline": DEADLINE}[name]
+    await run_both(kafka_broker, unique_group, make_topic(PARTITIONS), script)
+
+
+def test_scripts_run_on_the_model_alone() -> None:
+    """The model side of every script, with no broker (it must not raise, and the model's
+    checks hold throughout)."""
+    for script in (DYNAMIC, STATIC, DEADLINE):
+        side = ModelSide("g", "t")
+        answers = asyncio.run(side.run("g", "t", script))
+        side.model.check()
+        assert len(answers) == sum(isinstance(s, Hb) for s in script)
