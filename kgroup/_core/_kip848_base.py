@@ -246,6 +246,11 @@ class ConsumerMemberBase:
         """Fence the member locally when its lease has run out: by then the broker may have
         removed it (session) or fenced it (revocation deadline) and given its partitions to
         another member."""
+        if not self.owned and self._session_lapsed(now):
+            # Nothing owned, so no lease; but the broker has removed the member, and an
+            # old target must not be installed now: rejoin.
+            self._fence("session expired", now)
+            return
         until = self.valid_until
         if until is not None and now >= until and self.state in IN_GROUP:
             if self.state is S.PREPARE_LEAVING:
@@ -253,6 +258,15 @@ class ConsumerMemberBase:
                 self.member_epoch = 0  # the leave goes on, without a leave heartbeat
                 return
             self._fence("lease expired", now)
+
+    def _session_lapsed(self, now: float) -> bool:
+        """In the group with an epoch, and no answered heartbeat for a session timeout."""
+        return (
+            self.state in (S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)
+            and self.member_epoch > 0
+            and self._session_proof is not None
+            and now >= self._session_proof + self.settings.session_timeout_ms
+        )
 
     def _end_lease(self, now: float) -> None:
         """The member stops trusting what it owns, now or at its lease deadline if that came

@@ -280,6 +280,7 @@ class HeartbeatDriver(ConsumerMemberBase):
             return
         self._in_flight = None
         self._sent = None
+        self._unreleased_since = None  # the join may have reached the broker: a new window
         if disconnected:
             self.mark_coordinator_unknown(reason)
         self._back_off(now)
@@ -319,6 +320,11 @@ class HeartbeatDriver(ConsumerMemberBase):
             return
         self._emit("member.heartbeat_failed", error=ErrorCode.describe(code))
         self._sent = None
+        if reaction is not R.UNRELEASED_INSTANCE:
+            # Deviation 16's window counts consecutive UNRELEASED_INSTANCE_ID answers: any
+            # other outcome (a coordinator that moved or loads and re-arms the holder's
+            # session, a lost answer) starts it again.
+            self._unreleased_since = None
         if reaction is R.COORDINATOR_MOVED:
             self.mark_coordinator_unknown(ErrorCode.describe(code))
             self._hb_attempts = 0
@@ -395,6 +401,10 @@ class HeartbeatDriver(ConsumerMemberBase):
                 self._emit("member.assignment_received", partitions=len(target))
             if self.owned - target and self._revoke_deadline is None:
                 self._revoke_deadline = sent.sent_at + self.settings.rebalance_timeout_ms
+        if self.target is not None and not (fields.owned - self.target):
+            # This answered heartbeat told the broker the member owns nothing it must
+            # revoke: the revocation deadline no longer applies.
+            self._revoke_deadline = None
         if self.state in (S.JOINING, S.STABLE) and self._needs_reconciliation():
             self._set_state(S.RECONCILING, "new target assignment")
         elif self.state is S.JOINING:

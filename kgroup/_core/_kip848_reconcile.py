@@ -55,6 +55,9 @@ class PollDriver(ConsumerMemberBase):
             report, self._report = self._report, None
             return RaiseError(report, fatal=False)
         if self._lost_reason is not None and self._reconciling is None:
+            if not self.owned:  # nothing to report lost: go on at once
+                self.lost_released(now)
+                return self.poll_action(now)
             return ReleaseLost(self.named(self.owned), self._lost_reason)
         if self.state is S.PREPARE_LEAVING:
             if self._reconciling is None:
@@ -144,9 +147,9 @@ class PollDriver(ConsumerMemberBase):
         self._signals.wake_poll = True
 
     def _hold(self, owned: frozenset[IdPartition]) -> None:
+        # The revocation deadline stays until the broker has heard that the partitions are
+        # gone (HeartbeatDriver._accept): a late or lost acknowledgement does not stop it.
         self.owned = owned
-        if self.target is not None and not (owned - self.target):
-            self._revoke_deadline = None  # nothing left to revoke
         self._signals.wake_heartbeat = True  # the lease may have moved
 
     # -- topic names -----------------------------------------------------------------------

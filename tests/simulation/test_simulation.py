@@ -119,29 +119,11 @@ SYNC_RACE = (
 )
 
 UNRELEASED_WINDOW = (
-    "kgroup bug (KIP-848, deviation 16): a static member answered UNRELEASED_INSTANCE_ID by "
-    "its own earlier member (fenced, or its lease ran out) gives up, fatal, one broker "
-    "session timeout after the FIRST such answer, but the broker holds the instance longer: "
-    "a coordinator that loads the group re-arms every member's session timer (onLoaded), "
-    "and a join whose answer is lost makes the member its own holder again with the window "
-    "already spent (the clock is never reset)"
-)
-
-ACK_DEADLINE = (
-    "kgroup bug (KIP-848 lease): the lease drops the revocation deadline as soon as the "
-    "revoke callback returns, not once the broker has heard of it. When the acknowledging "
-    "heartbeat is late or lost, the broker fences the member at the deadline ('did not "
-    "revoke within R ms') and gives all of its partitions, kept ones included, to others, "
-    "while the member's lease runs on to its session bound (seed 1536 traced on e2986a2's "
-    "parent; these show the same 'did not revoke' fence before the overlap)"
-)
-LAPSED_INSTALL = (
-    "kgroup bug (KIP-848 lease): a member that owns nothing has no lease (valid_until is "
-    "None), so after a pause longer than the session it runs on_partitions_assigned for a "
-    "partition of its old target, which the broker (that removed it meanwhile) has given to "
-    "another member, before its next heartbeat learns it is gone (seed 4304 traced on "
-    "e2986a2's parent; these show the same shape: an older epoch's hold starting after the "
-    "new owner's, lost moments later, after session expiries)"
+    "kgroup limit (KIP-848, deviation 16): a static member answered UNRELEASED_INSTANCE_ID "
+    "by its own earlier member gives up, fatal, after one broker session timeout of such "
+    "answers in a row; the window starts again after any other outcome (a lost answer, a "
+    "coordinator that moved or loads), but in these schedules the broker still holds the "
+    "instance longer than that window"
 )
 
 #: seed -> (reason, regular expression the failure message matches)
@@ -152,18 +134,8 @@ KNOWN_FAILURES: dict[int, tuple[str, str]] = {
     },
     **{
         seed: (UNRELEASED_WINDOW, r"UNRELEASED_INSTANCE_ID")
-        for seed in (
-            54, 105, 621, 1094, 1157, 1670, 1874, 2008, 2269, 2673, 3146, 3188, 3697, 3847,
-            3902, 3904, 4086, 4133, 4289, 4320, 4816, 5315, 5423, 5596, 5639, 6216, 6374,
-            6688, 7288, 7296, 7297, 7801, 8204, 8316, 8492, 8703, 8989, 9377, 9498, 9563,
-            9751, 9885,
-        )
+        for seed in (3188, 9751, 9885)
     },
-    **{
-        seed: (ACK_DEADLINE, r"\[ownership\]")
-        for seed in (2749, 4242, 5106, 6462, 6973, 7196, 8840)
-    },
-    **{seed: (LAPSED_INSTALL, r"\[ownership\]") for seed in (197, 384, 1063, 8582, 9354)},
 }  # fmt: skip
 
 

@@ -315,12 +315,16 @@ def test_h51_revoke_before_acknowledging() -> None:
     assert h.m.valid_until == 5_000 + 20_000
     h.m.reconciled(action, h.now)
     assert h.state() is S.ACKNOWLEDGING
-    ack = h.send().request
-    assert ack.topic_partitions == assignment((T1, (0,)))
+    sent = h.send()
+    assert sent.request.topic_partitions == assignment((T1, (0,)))
     h.at(6_000)
     h.m.polled(h.now)
-    # The revoke is done: its deadline no longer bounds the lease; the poll deadline (6 s
-    # + 20 s) does, being below the session bound (5 s + 45 s).
+    # The broker has not heard of the revoke yet: the deadline still bounds the lease (a
+    # late or lost acknowledgement does not stop the broker's timer).
+    assert h.m.valid_until == 25_000
+    h.answer(sent, epoch=6)
+    # Now it has: the poll deadline (6 s + 20 s) bounds the lease, being below the session
+    # bound (5 s + 45 s).
     assert h.m.valid_until == 26_000
 
 
@@ -746,3 +750,41 @@ def test_an_interrupted_reconciliation_goes_on_at_the_next_poll_and_close() -> N
     h.drain()
     assert h.calls[-1] == ("revoked", tp("t1", 1, 2))
     assert h.state() is S.LEAVING
+
+
+def test_a_member_owning_nothing_rejoins_once_its_session_has_lapsed() -> None:
+    """Seeds 197, 384, ...: a member that owns nothing has no lease, but after a pause
+    longer than the session the broker has removed it: it must not install its old target
+    (another member may own it now), but rejoin."""
+    h = Harness(settings={"session_timeout_ms": 45_000, "max_poll_interval_ms": 300_000})
+    h.found()
+    h.poll()
+    join = h.send()
+    h.answer(join, epoch=3, assigned=assignment((T1, (0,))))  # answered at 0: the proof
+    assert h.state() is S.RECONCILING and not h.m.owned
+    h.at(50_000)  # poll() comes back after the session
+    action = h.m.poll_action(h.now)
+    assert not isinstance(action, Reconcile)
+    assert h.state() is S.JOINING
+    assert h.send().request.member_epoch == 0
+
+
+def test_unreleased_instance_window_starts_again_after_another_outcome() -> None:
+    """Deviation 16's window counts consecutive UNRELEASED_INSTANCE_ID answers: a lost
+    answer or a coordinator that moved starts it again (the broker may have re-armed the
+    holder's session, or made this member its own holder again)."""
+    h = Harness(settings={"instance_id": "i-1", "session_timeout_ms": 45_000})
+    h.found()
+    h.poll()
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    h.at(40_000)
+    hb = h.send()
+    h.m.on_heartbeat_failed(hb, h.now, "timed out", disconnected=False)
+    h.at(41_000)
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    h.at(50_000)  # 50 s after the first, but only 9 s into the new window
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.JOINING
+    h.at(86_000)
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.FATAL
