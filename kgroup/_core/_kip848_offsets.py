@@ -18,8 +18,9 @@ Every other code is judged by the classic table (:mod:`kgroup._core._reactions`)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Any, cast
+from typing import cast
 
 from .._errors import CommitFailed, ErrorCode, OffsetsError
 from ._consumer_protocol import TopicPartition
@@ -40,6 +41,7 @@ from ._offsets import (
     Retry,
     Verdict,
     _normalise,
+    fetch_request,
     on_commit_response,
     on_fetch_response,
 )
@@ -118,16 +120,12 @@ def _commit_failed(core: ConsumerProtocolMember, name: str, sent: Generation) ->
 def fetch_request_848(
     core: ConsumerProtocolMember, partitions: Iterable[TopicPartition]
 ) -> OffsetFetchRequest:
-    """The OffsetFetch for ``partitions``, with the member id and epoch when it has one."""
-    wanted: list[tuple[str, int]] = []
-    for tp in dict.fromkeys(partitions):
-        if not isinstance(tp, TopicPartition):
-            raise TypeError(f"partitions must be TopicPartition values, got {tp!r}")
-        wanted.append((tp.topic, tp.partition))
-    member: dict[str, Any] = {}
-    if core.member_epoch > 0:
-        member = {"member_id": core.member_id, "member_epoch": core.member_epoch}
-    return OffsetFetchRequest(group_id=core.settings.group_id, partitions=tuple(wanted), **member)
+    """The OffsetFetch for ``partitions`` (the classic one), with the member id and epoch
+    when the member has one."""
+    request = fetch_request(_as_classic(core), partitions)
+    if core.member_epoch <= 0:
+        return request
+    return dataclasses.replace(request, member_id=core.member_id, member_epoch=core.member_epoch)
 
 
 def on_fetch_response_848(
