@@ -432,11 +432,26 @@ class _EncodeGuard:
             raise LocalProtocolError(f"{label} request cannot be encoded: {exc}") from exc
 
 
+#: API key -> (first version, bytes): what a known broker appends after a response's last
+#: field, accepted as harmless. librdkafka's mock cluster (2.16, the one bundled with
+#: confluent-kafka) ends every flexible Metadata answer (v9+) with one more empty
+#: tagged-field section, a zero byte that carries nothing (Apache Kafka 4.4.0 does not;
+#: Java's and librdkafka's decoders never look past the last field). Only that exact byte,
+#: after that API, is let through: any other left-over bytes are still an error.
+_HARMLESS_TRAILING: Final = {3: (9, b"\x00")}
+
+
+def _harmless_trailing(api_key: int, version: int) -> bytes | None:
+    quirk = _HARMLESS_TRAILING.get(api_key)
+    return quirk[1] if quirk is not None and version >= quirk[0] else None
+
+
 class _DecodeGuard:
     """Response mixin: undecodable bytes, or bytes left over, are the broker's fault.
 
     aiokafka's ``Struct.decode`` ignores trailing bytes; here they mean the broker answered
-    with another layout than the negotiated version's, so they are an error too.
+    with another layout than the negotiated version's, so they are an error too (except the
+    known harmless quirks of ``_HARMLESS_TRAILING``).
     """
 
     API_KEY: int
@@ -455,7 +470,8 @@ class _DecodeGuard:
         except _CODEC_ERRORS as exc:  # pragma: no cover - the strict types raise DecodeError
             raise RemoteProtocolError(f"{label} response cannot be decoded: {exc!r}") from exc
         decoded = cast(Any, cls)(*values)
-        left_over = len(buffer.read())
+        rest = buffer.read()
+        left_over = 0 if rest == _harmless_trailing(cls.API_KEY, cls.API_VERSION) else len(rest)
         if left_over:
             raise RemoteProtocolError(
                 f"{label} response has {left_over} unexpected bytes after its last field"

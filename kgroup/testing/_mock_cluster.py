@@ -22,7 +22,7 @@ import ctypes
 import glob
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -120,6 +120,9 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rd_kafka_new": ([cint, _c_ptr, cstr, size], _c_ptr),
         "rd_kafka_destroy": ([_c_ptr], None),
         "rd_kafka_err2name": ([cint], cstr),
+        "rd_kafka_topic_partition_list_new": ([cint], _c_ptr),
+        "rd_kafka_topic_partition_list_add": ([_c_ptr, cstr, i32], _c_ptr),
+        "rd_kafka_topic_partition_list_destroy": ([_c_ptr], None),
         # rdkafka_mock.h
         "rd_kafka_mock_cluster_new": ([_c_ptr, cint], _c_ptr),
         "rd_kafka_mock_cluster_destroy": ([_c_ptr], None),
@@ -147,6 +150,12 @@ def _declare(lib: ctypes.CDLL) -> None:
         "rd_kafka_mock_group_initial_rebalance_delay_ms": ([_c_ptr, i32], None),
         "rd_kafka_mock_set_group_consumer_session_timeout_ms": ([_c_ptr, cint], None),
         "rd_kafka_mock_set_group_consumer_heartbeat_interval_ms": ([_c_ptr, cint], None),
+        "rd_kafka_mock_cgrp_consumer_target_assignment_new": (
+            [ctypes.POINTER(cstr), cint, ctypes.POINTER(_c_ptr)],
+            _c_ptr,
+        ),
+        "rd_kafka_mock_cgrp_consumer_target_assignment_destroy": ([_c_ptr], None),
+        "rd_kafka_mock_cgrp_consumer_target_assignment": ([_c_ptr, cstr, _c_ptr], None),
         "rd_kafka_mock_start_request_tracking": ([_c_ptr], None),
         "rd_kafka_mock_stop_request_tracking": ([_c_ptr], None),
         "rd_kafka_mock_clear_requests": ([_c_ptr], None),
@@ -428,6 +437,35 @@ class MockCluster:
         self._lib.rd_kafka_mock_set_group_consumer_heartbeat_interval_ms(
             self._handle(), interval_ms
         )
+
+    def set_consumer_target_assignment(
+        self, group_id: str, assignment: Mapping[str, Iterable[tuple[str, int]]]
+    ) -> None:
+        """Script the next target assignment of a KIP-848 ``consumer`` group: member id ->
+        ``(topic, partition)`` pairs, in place of the mock's own range assignment (which it
+        no longer recomputes for this group). Members the group does not know are skipped;
+        the group's epoch goes up by one."""
+        lib = self._lib
+        members = list(assignment)
+        ids = (ctypes.c_char_p * max(len(members), 1))(*(m.encode() for m in members))
+        lists = (_c_ptr * max(len(members), 1))()
+        try:
+            for i, member in enumerate(members):
+                pairs = list(assignment[member])
+                lists[i] = lib.rd_kafka_topic_partition_list_new(max(len(pairs), 1))
+                for topic, partition in pairs:
+                    lib.rd_kafka_topic_partition_list_add(lists[i], topic.encode(), partition)
+            target = lib.rd_kafka_mock_cgrp_consumer_target_assignment_new(ids, len(members), lists)
+            try:
+                lib.rd_kafka_mock_cgrp_consumer_target_assignment(
+                    self._handle(), group_id.encode(), target
+                )
+            finally:
+                lib.rd_kafka_mock_cgrp_consumer_target_assignment_destroy(target)
+        finally:
+            for handle in lists:
+                if handle:
+                    lib.rd_kafka_topic_partition_list_destroy(handle)
 
     # --- request tracking ------------------------------------------------------------------
 

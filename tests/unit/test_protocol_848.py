@@ -699,10 +699,28 @@ def test_forbidden_nulls_name_api_version_and_field(
 def test_trailing_bytes_and_truncation(api_key: int, version: int, raw: bytes) -> None:
     name = {3: "Metadata", 68: "ConsumerGroupHeartbeat", 69: "ConsumerGroupDescribe"}[api_key]
     with pytest.raises(RemoteProtocolError, match=rf"{name} v{version} response has 1 unexpected"):
-        decode(api_key, version, raw + b"\x00")
+        decode(api_key, version, raw + b"\x01")
+    with pytest.raises(RemoteProtocolError, match=rf"{name} v{version} response has 2 unexpected"):
+        decode(api_key, version, raw + b"\x00\x00")
     for end in range(len(raw)):
         with pytest.raises(RemoteProtocolError, match=rf"^{name} v{version} response"):
             decode(api_key, version, raw[:end])
+
+
+@pytest.mark.parametrize(("api_key", "version"), [(68, 1), (69, 1)])
+def test_one_zero_byte_after_other_apis_is_refused(api_key: int, version: int) -> None:
+    raw = {68: HEARTBEAT_HEAD + b"\xff\x00", 69: _described_group(_described_member(b"\x01"))}
+    with pytest.raises(RemoteProtocolError, match="response has 1 unexpected"):
+        decode(api_key, version, raw[api_key] + b"\x00")
+
+
+@pytest.mark.parametrize("version", [10, 11, 12, 13])
+def test_metadata_with_the_mock_clusters_extra_empty_tag_section(version: int) -> None:
+    """librdkafka 2.16's mock cluster ends flexible Metadata answers with one more zero
+    byte (an empty tagged-field section); that exact byte is accepted, and the answer reads
+    as without it."""
+    raw = _metadata_response(version)
+    assert decode(3, version, raw + b"\x00") == decode(3, version, raw)
 
 
 def test_error_answer_with_forbidden_nulls_keeps_its_error_code() -> None:
