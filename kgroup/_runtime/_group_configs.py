@@ -20,9 +20,11 @@ resolves the fallback itself. What Kafka 4.4.0 answers (checked on a broker):
 
 :class:`SessionTimeoutLearner` runs the read for the member's runtime
 (:mod:`._kip848`) in a task of its own, after the first heartbeat the broker answers
-without error, and hands the value to the core, which keeps the smaller of it and
-``consumer_session_timeout_ms``. A read that fails is logged once
-(``member.session_timeout_unknown``) and the configured value stays.
+without error, and hands the value to the core, which keeps the smaller of it and the
+bound it had (at first ``consumer_session_timeout_ms``). It reads again every
+:data:`REFRESH_MS`, so that a group config lowered later bounds the lease within about a
+minute. A first read that fails is logged once (``member.session_timeout_unknown``) and the
+configured value stays; a later one that fails is logged and tried again a minute later.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ SESSION_TIMEOUT_KEY: Final = "consumer.session.timeout.ms"
 
 #: Reads tried after retriable failures (transport, coordinator moved) before giving up.
 _ATTEMPTS: Final = 3
+
+#: How long a learned session timeout is trusted before it is read again (ms).
+REFRESH_MS: Final = 60_000
 
 
 class GroupConfigUnavailable(KGroupError):
@@ -118,8 +123,8 @@ async def group_session_timeout(
 
 
 class SessionTimeoutLearner:
-    """Reads the group's session timeout once for a consumer-protocol member and hands it
-    to its core (see the module docstring).
+    """Reads the group's session timeout for a consumer-protocol member, at first and then
+    every :data:`REFRESH_MS`, and hands it to its core (see the module docstring).
 
     The heartbeat task calls :meth:`heartbeat_answered` after every answer without error;
     the first call starts the read in a task of its own (``kgroup-session-timeout``), so
@@ -127,7 +132,9 @@ class SessionTimeoutLearner:
     ``request_timeout_ms``. A retriable failure (CoordinatorError: the coordinator moved,
     the connection broke) lets a later answered heartbeat start it again, up to three
     reads; then, or at once for any other failure, ``member.session_timeout_unknown`` is
-    logged and the member keeps ``consumer_session_timeout_ms``.
+    logged and the member keeps ``consumer_session_timeout_ms``. After a successful read
+    the next answered heartbeat past :data:`REFRESH_MS` starts the next read; one that fails
+    three times is logged and tried again after another :data:`REFRESH_MS`.
 
     Until the answer arrives (one round trip after the first answered heartbeat) the lease
     runs on the configured bound; the learned one then applies to the proofs already held
@@ -146,11 +153,16 @@ class SessionTimeoutLearner:
         #: Written by the heartbeat task and the read's task, both on the coordinator loop.
         self._attempts = 0
         self._running = False
+        #: The first read is over: learned, or given up.
         self._done = False
+        #: When the next read is due (the member's clock, ms); None until a read succeeded.
+        self._read_again_at: float | None = None
 
     def heartbeat_answered(self) -> None:
-        """A heartbeat was answered without error: start the read unless it ran or runs."""
-        if self._done or self._running:
+        """A heartbeat was answered without error: start a read when one is due."""
+        if self._running:
+            return
+        if self._done and (self._read_again_at is None or self._shared.now() < self._read_again_at):
             return
         self._running = True
         self._attempts += 1
@@ -176,17 +188,26 @@ class SessionTimeoutLearner:
             self._give_up(f"the broker did not list {SESSION_TIMEOUT_KEY} for the group")
             return
         self._done = True
+        self._attempts = 0
+        self._read_again_at = self._shared.now() + REFRESH_MS
         with self._step() as core:
             core.learn_session_timeout(learned)
 
     def _give_up(self, problem: str) -> None:
+        """This read failed for good: a first one leaves the configured bound for the
+        member's lifetime; a later one keeps what was learned and is tried again later."""
         self._done = True
+        self._attempts = 0
+        if self._read_again_at is not None:
+            self._read_again_at = self._shared.now() + REFRESH_MS
         shared = self._shared
         if shared.lifecycle is not Lifecycle.OPEN:
             return  # closing: the member no longer needs it
+        with self._step() as core:
+            bound = core.settings.session_timeout_ms
         shared.log(
             "member.session_timeout_unknown",
             group=shared.config.group_id,
             error=problem,
-            session_timeout_ms=shared.config.consumer_session_timeout_ms,
+            session_timeout_ms=bound,
         )

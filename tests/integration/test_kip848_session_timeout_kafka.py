@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
 from kgroup import GroupConfig, GroupMember
@@ -29,6 +30,7 @@ from kgroup._core._messages_configs import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
 )
+from kgroup._runtime import _group_configs as group_configs
 from kgroup._runtime._connection import BrokerConnection
 from kgroup._runtime._group_configs import SESSION_TIMEOUT_KEY, group_session_timeout
 from kgroup.testing import KafkaBroker
@@ -175,6 +177,39 @@ async def test_a_group_override_bounds_the_lease(
                 await member.poll(timeout=0.2)
         assert lease_bound(member) == 6_000
         assert len(member.assignment) == 2
+    finally:
+        await member.close()
+
+
+async def test_a_group_config_lowered_later_is_read_again(
+    kafka_broker: KafkaBroker,
+    make_topic: Callable[..., str],
+    unique_group: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The session timeout is read again every REFRESH_MS (a minute; 300 ms here): a group
+    override set after the member learned the broker's 45 s bounds its lease from the next
+    read on; raising it again does not lengthen the lease (the smaller stays)."""
+    monkeypatch.setattr(group_configs, "REFRESH_MS", 300)
+    topic = make_topic(1)
+    member, learned = await owning_and_learned(
+        consumer_config(kafka_broker.bootstrap, unique_group, topic)
+    )
+    try:
+        assert learned[0]["broker_ms"] == BROKER_DEFAULT_MS
+        assert lease_bound(member) == BROKER_DEFAULT_MS
+        set_group_session_timeout(kafka_broker.bootstrap, unique_group, 6_000)
+        async with asyncio.timeout(30):
+            while lease_bound(member) != 6_000:
+                await member.poll(timeout=0.1)
+        assert (learned[-1]["broker_ms"], learned[-1]["session_timeout_ms"]) == (6_000, 6_000)
+        set_group_session_timeout(kafka_broker.bootstrap, unique_group, 20_000)
+        async with asyncio.timeout(30):
+            while learned[-1]["broker_ms"] != 20_000:
+                await member.poll(timeout=0.1)
+        assert learned[-1]["session_timeout_ms"] == 6_000
+        assert lease_bound(member) == 6_000
+        assert len(member.assignment) == 1
     finally:
         await member.close()
 
