@@ -17,8 +17,9 @@ before its members join::
 
 aiokafka's admin client has no IncrementalAlterConfigs (only the legacy AlterConfigs, whose
 resource types stop at BROKER), so the requests are written here on kgroup's strict wire
-primitives: IncrementalAlterConfigs (44) v1 and DescribeConfigs (32) v4, both flexible,
-checked against the ``common/message/*.json`` schemas inside the kafka-clients 4.4.0 jar.
+primitives: IncrementalAlterConfigs (44) v1, checked against the ``common/message/*.json``
+schemas inside the kafka-clients 4.4.0 jar, and DescribeConfigs (32) v4 with the wire
+layer's own schema (``kgroup._protocol._schemas_configs``).
 One connection to the first bootstrap address; a KRaft broker forwards the change to the
 controller. Plaintext only, as the test brokers' plain listeners.
 """
@@ -40,6 +41,7 @@ from .._protocol._primitives import (
     Int32,
     parse_response_header,
 )
+from .._protocol._schemas_configs import describe_configs_request, describe_configs_response
 
 __all__ = [
     "GROUP_RESOURCE",
@@ -87,47 +89,9 @@ _ALTER_RESPONSE: Final[Any] = _F.struct(
     ),
 )
 
-# DescribeConfigs v4 (v1-v4 in 4.4.0, flexible from v4).
-_DESCRIBE_REQUEST: Final[Any] = _F.struct(
-    (
-        "resources",
-        _F.array(
-            ("resource_type", Int8),
-            ("resource_name", _F.string),
-            ("configuration_keys", _F.array_of(_F.string)),
-        ),
-    ),
-    ("include_synonyms", Boolean),
-    ("include_documentation", Boolean),
-)
-_DESCRIBE_RESPONSE: Final[Any] = _F.struct(
-    ("throttle_time_ms", Int32),
-    (
-        "results",
-        _F.array(
-            ("error_code", Int16),
-            ("error_message", _F.string),
-            ("resource_type", Int8),
-            ("resource_name", _F.string),
-            (
-                "configs",
-                _F.array(
-                    ("name", _F.string),
-                    ("value", _F.string),
-                    ("read_only", Boolean),
-                    ("config_source", Int8),
-                    ("is_sensitive", Boolean),
-                    (
-                        "synonyms",
-                        _F.array(("name", _F.string), ("value", _F.string), ("source", Int8)),
-                    ),
-                    ("config_type", Int8),
-                    ("documentation", _F.string),
-                ),
-            ),
-        ),
-    ),
-)
+# DescribeConfigs v4: the wire layer's schema (kgroup reads the session timeout with it).
+_DESCRIBE_REQUEST: Final[Any] = describe_configs_request(4)
+_DESCRIBE_RESPONSE: Final[Any] = describe_configs_response(4)
 
 _NO_TAGS: Final[dict[int, bytes]] = {}
 _frame_size = struct.Struct(">i")
