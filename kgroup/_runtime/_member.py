@@ -45,6 +45,7 @@ from ._kip848 import ConsumerProtocolRuntime, classic_state
 from ._link import CoordinatorLink
 from ._loop_thread import LoopThread
 from ._member_stats import member_stats
+from ._membership import MembershipRuntime
 from ._metadata import MetadataWatch
 from ._offsets import OffsetAndMetadata, commit_offsets, fetch_committed
 from ._rebalance import RebalanceDriver
@@ -248,8 +249,11 @@ class GroupMember:
             open_event_log(shared)
         shared.core = classic_core(shared)
         if self._config.group_protocol == "consumer":
-            self._kip848 = ConsumerProtocolRuntime(shared, self._link, self._rebalance)
-            shared.core = cast(MemberCore, self._kip848.core)  # the link's calls: both cores
+            runtime: MembershipRuntime = ConsumerProtocolRuntime(
+                shared, self._link, self._rebalance
+            )
+            runtime.open()
+            self._kip848 = cast(ConsumerProtocolRuntime, runtime)
         shared.lifecycle = Lifecycle.OPEN
         if thread is None:
             self._spawn_coordinator_tasks()
@@ -268,8 +272,8 @@ class GroupMember:
 
     def _spawn_coordinator_tasks(self) -> None:
         """On the coordinator loop: start the heartbeat task and the metadata watch."""
-        if self._kip848 is not None:  # the broker resolves patterns and watches metadata
-            self._shared.tasks.spawn(self._kip848.run(self._abandoned), "kgroup-heartbeat")
+        if self._kip848 is not None:
+            self._kip848.spawn_tasks(self._abandoned)
             return
         self._shared.tasks.spawn(self._heartbeat.run(self._abandoned), "kgroup-heartbeat")
         self._shared.tasks.spawn(self._metadata.run(), "kgroup-metadata-watch")
@@ -306,7 +310,7 @@ class GroupMember:
         shared = self._shared
         shared.check_open()
         if self._kip848 is not None:
-            return self._kip848.subscribe(topics, pattern)
+            return await self._kip848.subscribe(topics, pattern)
         if (topics is None) == (pattern is None):
             raise UsageError("subscribe() takes either topics or pattern")
         embedding = shared.embedding
@@ -341,16 +345,13 @@ class GroupMember:
         fresh metadata). Useful when something the assignor uses changed outside Kafka."""
         shared = self._shared
         shared.check_open()
-        self._classic_only("enforce_rebalance()")
+        if self._kip848 is not None:
+            self._kip848.enforce_rebalance(reason)
         if not isinstance(reason, str) or not reason:
             raise UsageError("enforce_rebalance() needs a non-empty reason string")
         logger.info("member.rebalance_enforced", group=self._config.group_id, reason=reason)
         with shared.step() as core:
             core.request_rejoin(reason)
-
-    def _classic_only(self, what: str) -> None:
-        if self._config.group_protocol != "classic":
-            raise UsageError(f'{what} is not available with group_protocol="consumer" yet')
 
     def _abandoned(self) -> bool:
         """Isolated mode: the application's loop closed without ``close()``. Then nobody
@@ -565,7 +566,7 @@ class GroupMember:
             async with asyncio.timeout(budget):
                 outcome = None
                 if self._kip848 is not None:
-                    await self._kip848.close(errors)
+                    await self._kip848.close(errors, handoff=handoff, deadline=deadline)
                     return
                 if handoff:
                     # Three quarters of the budget (ms): the others join the handoff's
