@@ -420,8 +420,13 @@ class ConsumerProtocolRuntime:
     async def close(self, errors: list[ListenerError], *, handoff: bool, deadline: float) -> None:
         """Release the partitions (revoked while the member has an epoch, lost otherwise),
         then let the heartbeat task send the leave heartbeat, and wait until it has. There
-        is no handoff, and close()'s own timeout bounds the wait (``deadline`` unused)."""
+        is no handoff, and close()'s own timeout bounds the wait (``deadline`` unused).
+
+        A callback that raises here is logged (``member.listener_error``) but, unlike the
+        classic member's, its error is not added to ``errors``: close() does not raise it.
+        """
         shared = self._shared
+        not_raised: list[ListenerError] = []
         with self._step() as core:
             leaving = core.leave(shared.now())
         if not leaving:
@@ -431,7 +436,7 @@ class ConsumerProtocolRuntime:
                 action = core.poll_action(shared.now())
                 state = core.state
             if isinstance(action, (ReleaseOnLeave, ReleaseLost)):
-                await self._run(action, errors)
+                await self._run(action, not_raised)
                 continue
             if state is not S.PREPARE_LEAVING:
                 break
