@@ -13,6 +13,9 @@ task). What it adds:
 - the **poll path** (:meth:`~ConsumerProtocolRuntime.poll`): reconciliations with their
   callbacks, topic-id lookups (Metadata by id), lost partitions, fatal errors;
 - the **leave on close** (:meth:`~ConsumerProtocolRuntime.close`).
+
+It is one of the two :class:`~._membership.MembershipRuntime` implementations that
+:class:`~kgroup.GroupMember` talks to (the other is :class:`~._classic.ClassicRuntime`).
 """
 
 from __future__ import annotations
@@ -20,11 +23,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, assert_never
+from typing import Any, assert_never, cast
 
 from .._config import check_topic_pattern, check_topics
+from .._core._assignors import RebalanceProtocol
 from .._core._consumer_protocol import TopicPartition
-from .._core._embedding import ListenerCall
+from .._core._embedding import ConsumerEmbedding, ListenerCall
 from .._core._kip848_actions import (
     HeartbeatFindCoordinator,
     HeartbeatIdle,
@@ -39,6 +43,7 @@ from .._core._kip848_actions import (
 )
 from .._core._kip848_member import ConsumerProtocolMember
 from .._core._kip848_state import ConsumerState
+from .._core._member import MemberCore
 from .._core._state import MemberState
 from .._errors import (
     CoordinatorError,
@@ -107,14 +112,53 @@ class ConsumerProtocolRuntime:
         self._shared = shared
         self._link = link
         self._rebalance = rebalance
-        settings = shared.config.consumer_protocol_settings(str(uuid.uuid4()))
-        self.core = ConsumerProtocolMember(settings, now=shared.now(), observer=shared.observe)
+        self._core: ConsumerProtocolMember | None = None
         #: What the application holds, with topic names (GroupMember.assignment).
         self.assignment: frozenset[TopicPartition] = frozenset()
         self._leave_sent = asyncio.Event()
         self._stopped = False
         #: Reads the broker's session timeout for the lease (after the first answer).
         self._session_timeout = SessionTimeoutLearner(shared, link, self._step)
+
+    def open(self) -> None:
+        """In start(): the core, with a client-generated member id (KIP-1082). The link's
+        discovery calls are the same for both cores, so it is ``Shared.core`` too."""
+        shared = self._shared
+        settings = shared.config.consumer_protocol_settings(str(uuid.uuid4()))
+        self._core = ConsumerProtocolMember(settings, now=shared.now(), observer=shared.observe)
+        shared.core = cast(MemberCore, self._core)
+
+    @property
+    def core(self) -> ConsumerProtocolMember:
+        """The sans-I/O core, from :meth:`open` on."""
+        core = self._core
+        if core is None:
+            raise UsageError("GroupMember is not started")
+        return core
+
+    @property
+    def state(self) -> MemberState:
+        """The core's state as the classic member states name it (see ``classic_state``);
+        UNJOINED before start()."""
+        core = self._core
+        return MemberState.UNJOINED if core is None else classic_state(core.state)
+
+    @property
+    def rebalance_protocol(self) -> RebalanceProtocol:
+        """A consumer-protocol member gives up only what moves."""
+        return RebalanceProtocol.COOPERATIVE
+
+    def spawn_tasks(self, abandoned: Callable[[], bool]) -> None:
+        """On the coordinator loop: the heartbeat task. The broker resolves patterns and
+        watches the metadata: no metadata watch."""
+        self._shared.tasks.spawn(self.run(abandoned), "kgroup-heartbeat")
+
+    async def resolve_subscription(self) -> None:
+        """Nothing to resolve before the first heartbeat: the broker matches a pattern."""
+
+    def enforce_rebalance(self, reason: str) -> None:
+        """Not offered yet: the broker alone starts a consumer group's rebalances."""
+        raise UsageError('enforce_rebalance() is not available with group_protocol="consumer" yet')
 
     @property
     def joined_once(self) -> bool:
@@ -226,7 +270,7 @@ class ConsumerProtocolRuntime:
         if response.error_code == 0:
             self._session_timeout.heartbeat_answered()
 
-    def subscribe(self, topics: Iterable[str] | None, pattern: str | None) -> None:
+    async def subscribe(self, topics: Iterable[str] | None, pattern: str | None) -> None:
         """See :meth:`kgroup.GroupMember.subscribe`: the pattern is sent to the broker,
         which matches it (RE2/J) against whole topic names; the next heartbeat carries the
         change, and the broker's next target assignment reflects it."""
@@ -243,7 +287,11 @@ class ConsumerProtocolRuntime:
 
     @property
     def subscription(self) -> tuple[str, ...]:
-        return self.core.topics
+        core = self._core
+        if core is not None:
+            return core.topics
+        embedding = self._shared.embedding  # before start(): what the configuration names
+        return embedding.topics if isinstance(embedding, ConsumerEmbedding) else ()
 
     # -- the poll path ---------------------------------------------------------------------
 
@@ -369,10 +417,16 @@ class ConsumerProtocolRuntime:
 
     # -- close -----------------------------------------------------------------------------
 
-    async def close(self, errors: list[ListenerError]) -> None:
+    async def close(self, errors: list[ListenerError], *, handoff: bool, deadline: float) -> None:
         """Release the partitions (revoked while the member has an epoch, lost otherwise),
-        then let the heartbeat task send the leave heartbeat, and wait until it has."""
+        then let the heartbeat task send the leave heartbeat, and wait until it has. There
+        is no handoff, and close()'s own timeout bounds the wait (``deadline`` unused).
+
+        A callback that raises here is logged (``member.listener_error``) but, unlike the
+        classic member's, its error is not added to ``errors``: close() does not raise it.
+        """
         shared = self._shared
+        not_raised: list[ListenerError] = []
         with self._step() as core:
             leaving = core.leave(shared.now())
         if not leaving:
@@ -382,7 +436,7 @@ class ConsumerProtocolRuntime:
                 action = core.poll_action(shared.now())
                 state = core.state
             if isinstance(action, (ReleaseOnLeave, ReleaseLost)):
-                await self._run(action, errors)
+                await self._run(action, not_raised)
                 continue
             if state is not S.PREPARE_LEAVING:
                 break

@@ -6,12 +6,13 @@ The runtime is split into owned parts, each in its own module:
   and the one place where the core's signals are applied;
 - :class:`~._link.CoordinatorLink`: the bootstrap cluster, the coordinator lookup task and
   the coordinator connection;
-- :class:`~._heartbeat.HeartbeatDriver`: the heartbeat task (one loop, one wait, which also
-  watches the lease);
-- :class:`~._rebalance.RebalanceDriver`: the poll path, the join chain and the listener's
-  callbacks (which run only in ``poll()`` and ``close()``, in the caller's task, KIP-62);
-- :class:`~._metadata.MetadataWatch`: the leader's metadata watch and pattern subscriptions
-  (§7.7);
+- :class:`~._rebalance.RebalanceDriver`: the listener's callbacks (which run only in
+  ``poll()`` and ``close()``, in the caller's task, KIP-62) and, for the classic protocol,
+  the poll path and the join chain;
+- a :class:`~._membership.MembershipRuntime`, chosen when the member is built: the group
+  protocol's own part (state, assignment, subscription, the heartbeat task, the poll path,
+  the leave on close): :class:`~._classic.ClassicRuntime` or
+  :class:`~._kip848.ConsumerProtocolRuntime`;
 - :class:`~._seam.LoopSeam`: where the coordinator side runs, the application's loop or,
   in isolated mode (``GroupConfig.isolate_heartbeat``), a private loop in its own thread.
 
@@ -24,12 +25,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
-from .._config import GroupConfig, check_topic_pattern, check_topics
+from .._config import GroupConfig
 from .._core._assignors import RebalanceProtocol
 from .._core._consumer_protocol import TopicPartition
-from .._core._embedding import ConsumerEmbedding
 from .._core._group_protocol import GroupProtocol
 from .._core._member import MemberCore
 from .._core._state import Generation, MemberState
@@ -37,15 +37,14 @@ from .._errors import ConfigError, ListenerError, UnsupportedVersion, UsageError
 from .._listener import ItemListener, RebalanceListener
 from .._log import logger
 from .._stats import MemberStats
+from ._classic import ClassicRuntime
 from ._event_log import close_event_log, open_event_log
-from ._fallback import classic_core, fall_back_to_classic, may_fall_back
-from ._handoff import hand_off
-from ._heartbeat import HeartbeatDriver, send_leave
-from ._kip848 import ConsumerProtocolRuntime, classic_state
+from ._fallback import fall_back_to_classic, may_fall_back
+from ._kip848 import ConsumerProtocolRuntime
 from ._link import CoordinatorLink
 from ._loop_thread import LoopThread
 from ._member_stats import member_stats
-from ._metadata import MetadataWatch
+from ._membership import MembershipRuntime
 from ._offsets import OffsetAndMetadata, commit_offsets, fetch_committed
 from ._rebalance import RebalanceDriver
 from ._seam import LoopSeam
@@ -56,9 +55,6 @@ from ._transport import KafkaTransport, Transport
 __all__ = ["EventHook", "GroupMember"]
 
 _T = TypeVar("_T")
-
-#: What close() keeps of its budget after the LeaveGroup's own deadline (ms).
-_CLOSE_MARGIN_MS = 100.0
 
 
 class GroupMember:
@@ -106,17 +102,17 @@ class GroupMember:
         if config.group_protocol == "consumer" and protocol is not None:
             raise ConfigError("group_protocol", "a GroupProtocol member needs the classic protocol")
         self._config = config
-        #: The consumer-protocol runtime (KIP-848), from start() on; None for classic.
-        self._kip848: ConsumerProtocolRuntime | None = None
         shared = Shared(config, listener=listener, clock=clock, protocol=protocol)
         self._shared = shared
         self._link = CoordinatorLink(
             shared, KafkaTransport(config) if transport is None else transport
         )
         shared.link = self._link
-        self._heartbeat = HeartbeatDriver(shared, self._link)
         self._rebalance = RebalanceDriver(shared, self._link)
-        self._metadata = MetadataWatch(shared, self._link)
+        #: The group protocol's part: the one place where the protocol is chosen (a
+        #: fallback to classic replaces it once, see ``_fallback``).
+        runtime = ConsumerProtocolRuntime if config.group_protocol == "consumer" else ClassicRuntime
+        self._runtime: MembershipRuntime = runtime(shared, self._link, self._rebalance)
         self._abandon_task: asyncio.Task[None] | None = None
 
     # -- public state ----------------------------------------------------------------------------
@@ -130,10 +126,7 @@ class GroupMember:
         """The member's state; a consumer-protocol member's maps to the nearest classic
         one (JOINING is PREPARING_REBALANCE, RECONCILING and ACKNOWLEDGING are
         COMPLETING_REBALANCE)."""
-        if self._kip848 is not None:
-            return classic_state(self._kip848.core.state)
-        core = self._shared.core
-        return core.state if core is not None else MemberState.UNJOINED
+        return self._runtime.state
 
     @property
     def generation(self) -> Generation:
@@ -148,9 +141,7 @@ class GroupMember:
     def assignment(self) -> frozenset[Any]:
         """What this member owns now (as of its last completed rebalance): TopicPartitions
         in a consumer group, item names (str) for a :class:`GroupProtocol` member."""
-        if self._kip848 is not None:
-            return self._kip848.assignment
-        return self._shared.embedding.owned
+        return self._runtime.assignment
 
     @property
     def valid_until(self) -> float | None:
@@ -243,13 +234,9 @@ class GroupMember:
             thread = LoopThread(f"kgroup-coordinator-{self._config.group_id}")
             thread.start()
         shared.seam = LoopSeam(loop, thread)
-        embedding = shared.embedding
         if self._config.event_log is not None or self._config.event_log_topic is not None:
             open_event_log(shared)
-        shared.core = classic_core(shared)
-        if self._config.group_protocol == "consumer":
-            self._kip848 = ConsumerProtocolRuntime(shared, self._link, self._rebalance)
-            shared.core = cast(MemberCore, self._kip848.core)  # the link's calls: both cores
+        self._runtime.open()
         shared.lifecycle = Lifecycle.OPEN
         if thread is None:
             self._spawn_coordinator_tasks()
@@ -260,24 +247,12 @@ class GroupMember:
                 group=self._config.group_id,
                 thread=f"kgroup-coordinator-{self._config.group_id}",
             )
-        if self._kip848 is None and isinstance(embedding, ConsumerEmbedding) and embedding.pattern:
-            # Join with the topics the pattern matches now, not with none (which would cost
-            # the group a second rebalance once the watch resolved it).
-            if not await shared.seam.run_on_coordinator(self._metadata.refresh()):
-                self._wake_metadata()  # retried by the watch after retry_backoff_max_ms
+        await self._runtime.resolve_subscription()
 
     def _spawn_coordinator_tasks(self) -> None:
-        """On the coordinator loop: start the heartbeat task and the metadata watch."""
-        if self._kip848 is not None:  # the broker resolves patterns and watches metadata
-            self._shared.tasks.spawn(self._kip848.run(self._abandoned), "kgroup-heartbeat")
-            return
-        self._shared.tasks.spawn(self._heartbeat.run(self._abandoned), "kgroup-heartbeat")
-        self._shared.tasks.spawn(self._metadata.run(), "kgroup-metadata-watch")
-
-    def _wake_metadata(self) -> None:
-        shared = self._shared
-        if shared.seam is not None:
-            shared.seam.wake_coordinator(shared.metadata_wake)
+        """On the coordinator loop: start the group protocol's tasks (the heartbeat task;
+        for the classic protocol also the metadata watch)."""
+        self._runtime.spawn_tasks(self._abandoned)
 
     # -- subscription ----------------------------------------------------------------------------
 
@@ -285,10 +260,7 @@ class GroupMember:
     def subscription(self) -> tuple[str, ...]:
         """The topics this member subscribes to now (for a pattern: what it matched at the
         last metadata refresh); empty for a GroupProtocol member."""
-        if self._kip848 is not None:
-            return self._kip848.subscription
-        embedding = self._shared.embedding
-        return embedding.topics if isinstance(embedding, ConsumerEmbedding) else ()
+        return self._runtime.subscription
 
     async def subscribe(
         self, topics: Iterable[str] | None = None, *, pattern: str | None = None
@@ -303,54 +275,15 @@ class GroupMember:
         cluster's topics before this returns (raises ``CoordinatorError``, with the
         subscription unchanged, when no broker answers), and again every
         ``metadata_max_age_ms``. Raises ConfigError for an invalid argument."""
-        shared = self._shared
-        shared.check_open()
-        if self._kip848 is not None:
-            return self._kip848.subscribe(topics, pattern)
-        if (topics is None) == (pattern is None):
-            raise UsageError("subscribe() takes either topics or pattern")
-        embedding = shared.embedding
-        if not isinstance(embedding, ConsumerEmbedding):
-            raise UsageError("subscribe() is for consumer groups; this member has a GroupProtocol")
-        if pattern is not None:
-            compiled = check_topic_pattern(pattern, "pattern")
-            assert shared.seam is not None
-            counts = await shared.seam.run_on_coordinator(self._link.transport.list_topics())
-            new_topics = tuple(sorted(t for t in counts if compiled.fullmatch(t)))
-        else:
-            compiled = None
-            new_topics = check_topics(topics, "topics")
-        shared.check_open()
-        with shared.lock:
-            before = embedding.topics
-            changed = embedding.subscribe(new_topics, compiled)
-        if changed:
-            logger.info(
-                "member.subscription_changed",
-                group=self._config.group_id,
-                before=list(before),
-                topics=list(embedding.topics),
-                pattern=None if compiled is None else compiled.pattern,
-            )
-            with shared.step() as core:
-                core.request_rejoin("subscription changed")
+        self._shared.check_open()
+        await self._runtime.subscribe(topics, pattern)
 
     def enforce_rebalance(self, reason: str = "the application asked for a rebalance") -> None:
         """Ask for a rebalance of the whole group (Java's ``enforceRebalance``): the member
         rejoins in the next ``poll()``; as in any rebalance, the leader assigns afresh (with
         fresh metadata). Useful when something the assignor uses changed outside Kafka."""
-        shared = self._shared
-        shared.check_open()
-        self._classic_only("enforce_rebalance()")
-        if not isinstance(reason, str) or not reason:
-            raise UsageError("enforce_rebalance() needs a non-empty reason string")
-        logger.info("member.rebalance_enforced", group=self._config.group_id, reason=reason)
-        with shared.step() as core:
-            core.request_rejoin(reason)
-
-    def _classic_only(self, what: str) -> None:
-        if self._config.group_protocol != "classic":
-            raise UsageError(f'{what} is not available with group_protocol="consumer" yet')
+        self._shared.check_open()
+        self._runtime.enforce_rebalance(reason)
 
     def _abandoned(self) -> bool:
         """Isolated mode: the application's loop closed without ``close()``. Then nobody
@@ -420,14 +353,13 @@ class GroupMember:
         errors recorded since the last call (GroupError subclasses, InternalError), and
         ListenerError if a callback raised (after the rebalance step completed).
         """
-        if self._kip848 is not None:
-            try:
-                return await self._kip848.poll(timeout)
-            except UnsupportedVersion as exc:
-                if not may_fall_back(self, exc):
-                    raise
-                await fall_back_to_classic(self, exc)
-        return await self._rebalance.poll(timeout)
+        try:
+            return await self._runtime.poll(timeout)
+        except UnsupportedVersion as exc:
+            if not may_fall_back(self, exc):
+                raise
+            await fall_back_to_classic(self, exc)  # replaces self._runtime
+        return await self._runtime.poll(timeout)
 
     async def wait_rebalance_pending(self, timeout: float | None = None) -> bool:
         """Wait until the next ``poll()`` has something to do: a rebalance step (a rejoin to
@@ -465,9 +397,7 @@ class GroupMember:
         """EAGER or COOPERATIVE: how this member gives up partitions in a rebalance (the best
         protocol all its assignors support, or its GroupProtocol's). A consumer-protocol
         member gives up only what moves: COOPERATIVE."""
-        if self._config.group_protocol == "consumer":
-            return RebalanceProtocol.COOPERATIVE
-        return self._shared.embedding.rebalance_protocol
+        return self._runtime.rebalance_protocol
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -554,7 +484,6 @@ class GroupMember:
             shared.lifecycle = Lifecycle.CLOSED
             await self._link.aclose()
             return
-        seam = shared.seam
         budget = min(self._config.close_timeout_ms, self._config.request_timeout_ms) / 1000.0
         errors: list[ListenerError] = []
         loop = asyncio.get_running_loop()
@@ -563,31 +492,7 @@ class GroupMember:
             handoff = self._config.handoff_on_close
         try:
             async with asyncio.timeout(budget):
-                outcome = None
-                if self._kip848 is not None:
-                    await self._kip848.close(errors)
-                    return
-                if handoff:
-                    # Three quarters of the budget (ms): the others join the handoff's
-                    # rebalance at their next heartbeat; the rest is for the fallback.
-                    until = shared.now() + budget * 750.0
-                    outcome = await hand_off(shared, self._rebalance, until, errors)
-                await seam.run_on_coordinator(self._rebalance.cancel_chain())
-                with shared.step() as core:
-                    core.abandon_chain()
-                    if outcome is None:
-                        lost = core.close_releases_lost()
-                    else:
-                        lost = core.handoff_releases_lost(shared.now())
-                await self._rebalance.run_calls(shared.embedding.release(lost=lost), errors)
-                with shared.step() as core:
-                    leave = core.maybe_leave("the consumer is being closed")
-                if leave is not None:
-                    # Leave a little of the budget for the request's own timeout to fire.
-                    left_ms = (deadline - loop.time()) * 1000.0 - _CLOSE_MARGIN_MS
-                    await seam.run_on_coordinator(
-                        send_leave(shared, self._link, leave, max(1.0, left_ms))
-                    )
+                await self._runtime.close(errors, handoff=handoff, deadline=deadline)
         except TimeoutError:
             shared.log("member.close_timed_out", group=self._config.group_id)
         finally:

@@ -1,8 +1,9 @@
 """What every part of a member's runtime shares: the core behind its lock, the clock, the
 Events, the task owner and the one place where the core's signals are applied.
 
-The parts (:mod:`._link`, :mod:`._heartbeat`, :mod:`._rebalance`) each get this object;
-:class:`~kgroup.GroupMember` is the facade that owns them all.
+The parts (:mod:`._link`, :mod:`._rebalance`, the protocol runtimes :mod:`._classic` and
+:mod:`._kip848`, and the drivers they own) each get this object; :class:`~kgroup.GroupMember`
+is the facade that owns them all.
 
 Every call into the core goes through :meth:`Shared.step`: it takes the core lock (the core
 is shared by two threads in isolated mode), and when the call returns it takes the core's

@@ -33,10 +33,18 @@ from kgroup._core._messages_configs import (
 from kgroup._runtime import _group_configs as group_configs
 from kgroup._runtime._connection import BrokerConnection
 from kgroup._runtime._group_configs import SESSION_TIMEOUT_KEY, group_session_timeout
+from kgroup._runtime._kip848 import ConsumerProtocolRuntime
 from kgroup.testing import KafkaBroker
 from kgroup.testing._kafka_secure import SecureKafkaBroker
 
 BROKER_DEFAULT_MS = 45_000  # group.consumer.session.timeout.ms on the test brokers
+
+
+def _runtime_848(member: GroupMember) -> ConsumerProtocolRuntime:
+    """The member's consumer-protocol runtime (its ``MembershipRuntime``)."""
+    runtime = member._runtime
+    assert isinstance(runtime, ConsumerProtocolRuntime)
+    return runtime
 
 
 def set_group_session_timeout(bootstrap: str, group: str, timeout_ms: int) -> None:
@@ -112,7 +120,7 @@ async def owning_and_learned(config: GroupConfig) -> tuple[GroupMember, list[Map
     await member.start()
     try:
         async with asyncio.timeout(60):
-            while not member.assignment or not member._kip848._session_timeout._done:  # type: ignore[union-attr]
+            while not member.assignment or not _runtime_848(member)._session_timeout._done:
                 await member.poll(timeout=0.1)
     except BaseException:
         await member.close()
@@ -122,7 +130,7 @@ async def owning_and_learned(config: GroupConfig) -> tuple[GroupMember, list[Map
 
 def lease_bound(member: GroupMember) -> float:
     """valid_until minus the proof it rests on (ms): the session bound the lease uses."""
-    core = member._kip848.core  # type: ignore[union-attr]
+    core = _runtime_848(member).core
     proof = core._session_proof
     until = core.valid_until
     assert proof is not None and until is not None

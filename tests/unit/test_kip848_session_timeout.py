@@ -48,11 +48,19 @@ from kgroup._runtime._group_configs import (
     GroupConfigUnavailable,
     group_session_timeout,
 )
+from kgroup._runtime._kip848 import ConsumerProtocolRuntime
 from kgroup.testing import MockTransport
 from tests.unit.test_scenarios_kip848 import Harness
 
 S = ConsumerState
 T1 = uuid.UUID("00000000-0000-0000-0000-0000000000a1")
+
+
+def _runtime_848(member: GroupMember) -> ConsumerProtocolRuntime:
+    """The member's consumer-protocol runtime (its ``MembershipRuntime``)."""
+    runtime = member._runtime
+    assert isinstance(runtime, ConsumerProtocolRuntime)
+    return runtime
 
 
 # --- the core -------------------------------------------------------------------------------
@@ -279,7 +287,7 @@ async def run_member(broker: Broker, **overrides: Any) -> tuple[GroupMember, lis
     member.add_event_hook(lambda event, fields: seen.append(event))
     await member.start()
     async with asyncio.timeout(10):
-        while not member.assignment or not member._kip848._session_timeout._done:  # type: ignore[union-attr]
+        while not member.assignment or not _runtime_848(member)._session_timeout._done:
             await member.poll(timeout=0.02)
     return member, seen
 
@@ -293,7 +301,7 @@ async def test_runtime_learns_the_broker_value_after_the_first_answer() -> None:
     with capture_logs() as logs:
         member, seen = await run_member(broker, consumer_session_timeout_ms=45_000)
         try:
-            core = member._kip848.core  # type: ignore[union-attr]
+            core = _runtime_848(member).core
             assert core.settings.session_timeout_ms == 6_000
             proof = core._session_proof
             assert proof is not None and core.valid_until == proof + 6_000
@@ -309,7 +317,7 @@ async def test_runtime_keeps_a_shorter_configured_value() -> None:
     broker = Broker(group_answer("45000"))
     member, seen = await run_member(broker, consumer_session_timeout_ms=10_000)
     try:
-        assert member._kip848.core.settings.session_timeout_ms == 10_000  # type: ignore[union-attr]
+        assert _runtime_848(member).core.settings.session_timeout_ms == 10_000
     finally:
         await member.close()
     assert "member.session_timeout_learned" in seen
@@ -335,7 +343,7 @@ async def test_runtime_warns_once_and_keeps_the_configured_value(
     with capture_logs() as logs:
         member, _ = await run_member(broker, consumer_session_timeout_ms=45_000)
         try:
-            core = member._kip848.core  # type: ignore[union-attr]
+            core = _runtime_848(member).core
             assert core.settings.session_timeout_ms == 45_000
             assert core.state is S.STABLE  # the membership goes on
         finally:
@@ -358,7 +366,7 @@ async def test_runtime_retries_a_transport_failure_then_gives_up() -> None:
     with capture_logs() as logs:
         member, _ = await run_member(broker)
         try:
-            assert member._kip848.core.state is S.STABLE  # type: ignore[union-attr]
+            assert _runtime_848(member).core.state is S.STABLE
         finally:
             await member.close()
     assert broker.described == 3
@@ -379,7 +387,7 @@ async def test_runtime_learns_after_a_transient_failure() -> None:
     with capture_logs() as logs:
         member, _ = await run_member(broker)
         try:
-            assert member._kip848.core.settings.session_timeout_ms == 8_000  # type: ignore[union-attr]
+            assert _runtime_848(member).core.settings.session_timeout_ms == 8_000
         finally:
             await member.close()
     assert broker.described == 2

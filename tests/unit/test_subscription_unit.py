@@ -12,6 +12,7 @@ from kgroup._core._consumer_protocol import Subscription
 from kgroup._core._embedding import ConsumerEmbedding
 from kgroup._core._messages import JoinGroupMember
 from kgroup._core._state import Generation
+from kgroup._runtime._classic import ClassicRuntime
 from kgroup.testing import InMemoryCoordinator
 from tests.unit.test_in_memory_coordinator import Members
 
@@ -94,7 +95,9 @@ async def test_no_rebalance_while_metadata_is_unchanged(cluster: Members) -> Non
     a = await cluster.start(topics=["t"], metadata_max_age_ms=20)
     await cluster.wait(lambda: stable([a]) and owned([a]) == every("t", 2), "alone")
     generation = a.generation.generation_id
-    watch = a._metadata  # the refresh count: wait for real refreshes, not for time
+    runtime = a._runtime
+    assert isinstance(runtime, ClassicRuntime)
+    watch = runtime._metadata  # the refresh count: wait for real refreshes, not for time
     start = watch.refreshes
     await cluster.wait(lambda: watch.refreshes >= start + 5, "five refreshes")
     assert a.generation.generation_id == generation
