@@ -422,11 +422,10 @@ class ConsumerProtocolRuntime:
         then let the heartbeat task send the leave heartbeat, and wait until it has. There
         is no handoff, and close()'s own timeout bounds the wait (``deadline`` unused).
 
-        A callback that raises here is logged (``member.listener_error``) but, unlike the
-        classic member's, its error is not added to ``errors``: close() does not raise it.
+        A callback that raises here goes to ``errors``, which close() raises once the member
+        is closed, as the classic member's does.
         """
         shared = self._shared
-        not_raised: list[ListenerError] = []
         with self._step() as core:
             leaving = core.leave(shared.now())
         if not leaving:
@@ -436,7 +435,7 @@ class ConsumerProtocolRuntime:
                 action = core.poll_action(shared.now())
                 state = core.state
             if isinstance(action, (ReleaseOnLeave, ReleaseLost)):
-                await self._run(action, not_raised)
+                await self._run(action, errors)
                 continue
             if state is not S.PREPARE_LEAVING:
                 break

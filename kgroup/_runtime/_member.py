@@ -465,7 +465,8 @@ class GroupMember:
     async def close(self, handoff: bool | None = None) -> None:
         """Release the partitions (revoked, or lost if the generation is gone), leave the
         group (dynamic members), stop every task and close every connection. Idempotent;
-        bounded by ``min(close_timeout_ms, request_timeout_ms)``.
+        bounded by ``min(close_timeout_ms, request_timeout_ms)``. A rebalance callback that
+        raises meanwhile is raised as :class:`ListenerError` once the member is closed.
 
         ``handoff`` (default: ``GroupConfig.handoff_on_close``): a member of a
         ``cooperative-sticky`` group that leaves on close first rejoins once, marked as

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import structlog
 
-from kgroup import GroupMember, MemberState, RebalanceListener
+from kgroup import GroupConfig, GroupMember, ListenerError, MemberState, RebalanceListener
 from kgroup._config import DEFAULT_MAX_POLL_INTERVAL_MS, DEFAULT_REQUEST_TIMEOUT_MS
 from kgroup.testing import KafkaBroker, TansuBroker
 from kgroup.testing._members import MemberGroup, covered
@@ -167,3 +167,48 @@ async def _rebalance_and_cancel_revoke(
         with contextlib.suppress(asyncio.CancelledError):
             await drive
         assert calls == [("revoked", held)]
+
+
+class _RevokeRaises(RebalanceListener):
+    async def on_partitions_revoked(self, partitions: frozenset[Any]) -> None:
+        if partitions:
+            raise RuntimeError("revoke callback failed")
+
+
+@pytest.mark.parametrize("protocol", ["classic", "consumer"])
+async def test_close_raises_a_callback_error_once_closed(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, protocol: str
+) -> None:
+    """A revoke callback that raises during close(): the member still releases, leaves and
+    closes, and close() then raises ListenerError (the callback's error as its cause), on
+    both protocols alike."""
+    topic = make_topic(2)
+    config = (
+        GroupConfig(
+            bootstrap_servers=kafka_broker.bootstrap,
+            group_id=unique_group,
+            topics=[topic],
+            group_protocol="consumer",
+        )
+        if protocol == "consumer"
+        else cfg(kafka_broker.bootstrap, unique_group, topic)
+    )
+    member = GroupMember(config, listener=_RevokeRaises())
+    await member.start()
+    try:
+        async with asyncio.timeout(60):
+            while len(member.assignment) < 2:
+                await member.poll(timeout=0.2)
+    except BaseException:
+        await member.close()
+        raise
+    with structlog.testing.capture_logs() as logs:
+        with pytest.raises(ListenerError) as raised:
+            await member.close()
+    assert isinstance(raised.value.__cause__, RuntimeError)
+    assert member.closed and member.assignment == frozenset()
+    events = [e["event"] for e in logs]
+    assert "member.listener_error" in events and "member.closed" in events
+    left = "member.leave_sent" if protocol == "consumer" else "member.left_group"
+    assert left in events
+    await member.close()  # idempotent, and raises nothing more
