@@ -55,7 +55,12 @@ def _fixture_functions() -> list[tuple[str, Any]]:
     return found
 
 
-@pytest.mark.parametrize("name,function", _fixture_functions(), ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "name,function",
+    _fixture_functions(),
+    # Stable ids (no object addresses): pytest-xdist workers must collect the same names.
+    ids=lambda v: v if isinstance(v, str) else getattr(v, "__module__", "?").rpartition(".")[2],
+)
 def test_public_fixtures_hand_out_public_types(name: str, function: Any) -> None:
     """What kgroup.testing's fixtures give a test is a type the test can import from
     kgroup.testing (or kgroup) by its public name."""
