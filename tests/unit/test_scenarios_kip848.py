@@ -788,3 +788,52 @@ def test_unreleased_instance_window_starts_again_after_another_outcome() -> None
     h.at(86_000)
     h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
     assert h.state() is S.FATAL
+
+
+def test_unreleased_instance_window_judges_a_late_answer_by_its_send_time() -> None:
+    """Deviation 16's window runs to the *sending* of the latest UNRELEASED_INSTANCE_ID
+    answer's request: a late answer only says the instance was held when the request got
+    to the broker. Simulation seed 213: the window opened at 17.2 s (session 10 s), a join
+    sent at 20.6 s was answered 9.5 s late, at 30.0 s; the broker had released the
+    instance at 23.8 s (its holder, this member's own incarnation, had heartbeated at
+    13.8 s), and that late answer made the member fatal."""
+    h = Harness(
+        settings={"instance_id": "i-1", "session_timeout_ms": 10_000, "request_timeout_ms": 10_000}
+    )
+    h.found()
+    h.poll()
+    h.at(17_200)
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)  # the window opens
+    h.at(20_560)
+    late = h.send()
+    h.at(30_017)  # 12.8 s after the window opened, but sent 3.4 s after it
+    h.answer(late, code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.JOINING
+    action = h.hb()
+    assert isinstance(action, HeartbeatWait)
+    h.at(action.until)
+    h.answer(h.send(), epoch=10)  # the instance was released meanwhile: joined
+    assert h.state() is S.STABLE
+    assert h.m.member_epoch == 10
+
+
+def test_unreleased_instance_window_still_ends_for_a_live_holder() -> None:
+    """A request sent one session after the window opened and still answered
+    UNRELEASED_INSTANCE_ID is fatal, however late its answer comes."""
+    h = Harness(
+        settings={"instance_id": "i-1", "session_timeout_ms": 10_000, "request_timeout_ms": 10_000}
+    )
+    h.found()
+    h.poll()
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    h.at(9_999)
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.JOINING
+    action = h.hb()
+    assert isinstance(action, HeartbeatWait)
+    h.at(action.until)
+    sent = h.send()
+    assert sent.sent_at >= 10_000
+    h.at(sent.sent_at + 5_000)
+    h.answer(sent, code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.FATAL
