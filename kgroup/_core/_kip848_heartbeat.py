@@ -408,9 +408,11 @@ class HeartbeatDriver(ConsumerMemberBase):
                 self._emit("member.assignment_received", partitions=len(target))
             if self.owned - target and self._revoke_deadline is None:
                 self._revoke_deadline = sent.sent_at + self.settings.rebalance_timeout_ms
-        if self.target is not None and not (fields.owned - self.target):
+        if self.target is not None and not (fields.owned | self.owned) - self.target:
             # This answered heartbeat told the broker the member owns nothing it must
-            # revoke: the revocation deadline no longer applies.
+            # revoke, and it owns nothing more since (a reconciliation of an older target
+            # may have installed some after the heartbeat was sent): the revocation
+            # deadline no longer applies.
             self._revoke_deadline = None
         if self.state in (S.JOINING, S.STABLE) and self._needs_reconciliation():
             self._set_state(S.RECONCILING, "new target assignment")

@@ -837,3 +837,26 @@ def test_unreleased_instance_window_still_ends_for_a_live_holder() -> None:
     h.at(sent.sent_at + 5_000)
     h.answer(sent, code=E.UNRELEASED_INSTANCE_ID)
     assert h.state() is S.FATAL
+
+
+def test_revocation_deadline_kept_for_partitions_installed_after_the_heartbeat() -> None:
+    """Simulation seed 20695 (``--flavor consumer``): a heartbeat sent before the member
+    installed its target (so it reported nothing owned) is answered with a newer target
+    that revokes a partition, after the poll installed the older one. The answer told the
+    broker nothing of that partition, whose revocation deadline runs from the heartbeat's
+    send: the lease must end there, not one session after."""
+    h = Harness(settings={"max_poll_interval_ms": 6_000, "session_timeout_ms": 10_000})
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=5, assigned=assignment((T1, (0, 1))))
+    assert h.state() is S.RECONCILING
+    action = h.hb()
+    assert isinstance(action, HeartbeatWait)
+    h.at(action.until)
+    before = h.send()  # sent before the poll installs t1-0 and t1-1
+    assert before.request.topic_partitions is None
+    h.at(before.sent_at + 1_800)
+    h.poll()  # installs the older target
+    assert h.m.owned == {IdPartition(T1, 0), IdPartition(T1, 1)}
+    h.answer(before, epoch=5, assigned=assignment((T1, (0,))))  # revoke t1-1
+    assert h.m.valid_until == before.sent_at + 6_000
