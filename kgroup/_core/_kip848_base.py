@@ -106,7 +106,8 @@ class ConsumerMemberBase:
         #: The first reconciliation after a join always runs (on_partitions_assigned fires
         #: on every join, even with nothing assigned).
         self._assigned_since_join = False
-        #: Since when the broker answers UNRELEASED_INSTANCE_ID (the deviation's clock).
+        #: When the first of a run of UNRELEASED_INSTANCE_ID answers arrived (deviation
+        #: 16's clock; the run ends fatally with one to a request sent a session later).
         self._unreleased_since: float | None = None
         # The poll timer.
         self._poll_deadline = now + settings.max_poll_interval_ms

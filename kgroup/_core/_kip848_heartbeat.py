@@ -338,9 +338,16 @@ class HeartbeatDriver(ConsumerMemberBase):
             else:
                 self._fence(f"heartbeat answered {ErrorCode.describe(code)}", now)
         elif reaction is R.UNRELEASED_INSTANCE:
+            # The window runs from the arrival of the first such answer to the *sending*
+            # of the latest: a late answer (delayed, or read after a pause) says only that
+            # the instance was held when its request reached the broker. A holder that no
+            # longer heartbeats (this member's own earlier incarnation, or a crashed
+            # process's) is released one session after its last heartbeat, which the
+            # broker took before the first answer; so only an answer to a request sent a
+            # session after the first answer proves a live holder.
             if self._unreleased_since is None:
                 self._unreleased_since = now
-            if now - self._unreleased_since >= self.settings.session_timeout_ms:
+            if sent.sent_at - self._unreleased_since >= self.settings.session_timeout_ms:
                 self.record_fatal(self._error(code, "ConsumerGroupHeartbeat", resp.error_message))
             else:
                 self._back_off(now)
@@ -401,9 +408,11 @@ class HeartbeatDriver(ConsumerMemberBase):
                 self._emit("member.assignment_received", partitions=len(target))
             if self.owned - target and self._revoke_deadline is None:
                 self._revoke_deadline = sent.sent_at + self.settings.rebalance_timeout_ms
-        if self.target is not None and not (fields.owned - self.target):
+        if self.target is not None and not (fields.owned | self.owned) - self.target:
             # This answered heartbeat told the broker the member owns nothing it must
-            # revoke: the revocation deadline no longer applies.
+            # revoke, and it owns nothing more since (a reconciliation of an older target
+            # may have installed some after the heartbeat was sent): the revocation
+            # deadline no longer applies.
             self._revoke_deadline = None
         if self.state in (S.JOINING, S.STABLE) and self._needs_reconciliation():
             self._set_state(S.RECONCILING, "new target assignment")

@@ -118,25 +118,11 @@ SYNC_RACE = (
     "still owns what it moves, and revokes it one generation later: three rebalances"
 )
 
-UNRELEASED_WINDOW = (
-    "kgroup limit (KIP-848, deviation 16): a static member answered UNRELEASED_INSTANCE_ID "
-    "by its own earlier member gives up, fatal, after one broker session timeout of such "
-    "answers in a row; the window starts again after any other outcome (a lost answer, a "
-    "coordinator that moved or loads), but in these schedules the broker still holds the "
-    "instance longer than that window"
-)
-
 #: seed -> (reason, regular expression the failure message matches)
 KNOWN_FAILURES: dict[int, tuple[str, str]] = {
     **{
         seed: (SYNC_RACE, r"\[cooperative\] 3 rebalances")
         for seed in (3571,)
-    },
-    **{
-        seed: (UNRELEASED_WINDOW, r"UNRELEASED_INSTANCE_ID")
-        # 213 ... 9547 started failing with a2342ed's fixes (the schedules they change
-        # diverge): the same window, not yet traced one by one.
-        for seed in (213, 870, 2271, 2284, 3188, 5054, 9547, 9751, 9885)
     },
 }  # fmt: skip
 

@@ -788,3 +788,75 @@ def test_unreleased_instance_window_starts_again_after_another_outcome() -> None
     h.at(86_000)
     h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
     assert h.state() is S.FATAL
+
+
+def test_unreleased_instance_window_judges_a_late_answer_by_its_send_time() -> None:
+    """Deviation 16's window runs to the *sending* of the latest UNRELEASED_INSTANCE_ID
+    answer's request: a late answer only says the instance was held when the request got
+    to the broker. Simulation seed 213: the window opened at 17.2 s (session 10 s), a join
+    sent at 20.6 s was answered 9.5 s late, at 30.0 s; the broker had released the
+    instance at 23.8 s (its holder, this member's own incarnation, had heartbeated at
+    13.8 s), and that late answer made the member fatal."""
+    h = Harness(
+        settings={"instance_id": "i-1", "session_timeout_ms": 10_000, "request_timeout_ms": 10_000}
+    )
+    h.found()
+    h.poll()
+    h.at(17_200)
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)  # the window opens
+    h.at(20_560)
+    late = h.send()
+    h.at(30_017)  # 12.8 s after the window opened, but sent 3.4 s after it
+    h.answer(late, code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.JOINING
+    action = h.hb()
+    assert isinstance(action, HeartbeatWait)
+    h.at(action.until)
+    h.answer(h.send(), epoch=10)  # the instance was released meanwhile: joined
+    assert h.state() is S.STABLE
+    assert h.m.member_epoch == 10
+
+
+def test_unreleased_instance_window_still_ends_for_a_live_holder() -> None:
+    """A request sent one session after the window opened and still answered
+    UNRELEASED_INSTANCE_ID is fatal, however late its answer comes."""
+    h = Harness(
+        settings={"instance_id": "i-1", "session_timeout_ms": 10_000, "request_timeout_ms": 10_000}
+    )
+    h.found()
+    h.poll()
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    h.at(9_999)
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.JOINING
+    action = h.hb()
+    assert isinstance(action, HeartbeatWait)
+    h.at(action.until)
+    sent = h.send()
+    assert sent.sent_at >= 10_000
+    h.at(sent.sent_at + 5_000)
+    h.answer(sent, code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.FATAL
+
+
+def test_revocation_deadline_kept_for_partitions_installed_after_the_heartbeat() -> None:
+    """Simulation seed 20695 (``--flavor consumer``): a heartbeat sent before the member
+    installed its target (so it reported nothing owned) is answered with a newer target
+    that revokes a partition, after the poll installed the older one. The answer told the
+    broker nothing of that partition, whose revocation deadline runs from the heartbeat's
+    send: the lease must end there, not one session after."""
+    h = Harness(settings={"max_poll_interval_ms": 6_000, "session_timeout_ms": 10_000})
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=5, assigned=assignment((T1, (0, 1))))
+    assert h.state() is S.RECONCILING
+    action = h.hb()
+    assert isinstance(action, HeartbeatWait)
+    h.at(action.until)
+    before = h.send()  # sent before the poll installs t1-0 and t1-1
+    assert before.request.topic_partitions is None
+    h.at(before.sent_at + 1_800)
+    h.poll()  # installs the older target
+    assert h.m.owned == {IdPartition(T1, 0), IdPartition(T1, 1)}
+    h.answer(before, epoch=5, assigned=assignment((T1, (0,))))  # revoke t1-1
+    assert h.m.valid_until == before.sent_at + 6_000
