@@ -933,6 +933,31 @@ DEFAULT_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = 
         "coordinator move, broker down/up, injected errors",
         _has("coordinator_move", "broker_down", "inject_errors"),
     ),
+    (
+        "kafka",
+        "a consumer-protocol group of kgroup, Java and confluent members: a Java or confluent "
+        "member crashes and rejoins, one leaves, a kgroup member is paused and cut off",
+        lambda s: (
+            s.protocol == "consumer"
+            and bool(s.java_slots)
+            and bool(s.confluent_slots)
+            and {"crash", "rejoin", "leave"}
+            <= {st.kind for st in s.steps if st.member in s.foreign_slots}
+            and _has("pause", "black_hole")(s)
+        ),
+    ),
+    (
+        "kafka",
+        "a migration under faults: every slot rolled (or restarted) onto the consumer "
+        "protocol one by one, a crash and a broker restart",
+        lambda s: (
+            s.protocol == "migration"
+            and {m.slot for m in s.members}
+            <= {st.member for st in s.steps if st.kind in ("roll", "rejoin")}
+            and "roll" in s.kinds()
+            and _has("crash", "broker_restart")(s)
+        ),
+    ),
 )
 
 
