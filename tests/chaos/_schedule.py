@@ -65,6 +65,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._protocols import (
+    PROTOCOLS,
+    REMOTE_ASSIGNORS,
+    ROLL_BUSY,
+    ROLL_WEIGHT,
+    check_protocol,
+    protocol_for,
+    protocol_params,
+)
+
 __all__ = [
     "ASSIGNORS",
     "BROKERS",
@@ -90,35 +100,6 @@ ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky", "upgrade-1",
 JAVA_ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky")
 #: ``schedule_for``: how likely a Kafka cooperative-sticky schedule is a mixed group.
 MIXED_PROBABILITY = 0.5
-
-#: ``Schedule.protocol``: the classic protocol, KIP-848's consumer protocol, or a classic
-#: group rolled onto the consumer protocol under faults.
-PROTOCOLS = ("classic", "consumer", "migration")
-#: The broker's assignors a consumer-protocol member may name (``group_remote_assignor``).
-REMOTE_ASSIGNORS = ("uniform", "range")
-#: The classic assignors a migration starts from (what the group runs before its roll).
-MIGRATION_ASSIGNORS = ("range", "cooperative-sticky")
-#: ``schedule_for`` on Kafka: how likely a seed runs the consumer protocol, and a migration
-#: (drawn from a generator of their own, so that a classic seed keeps its schedule).
-CONSUMER_PROBABILITY = 0.25
-MIGRATION_PROBABILITY = 0.1
-#: ``schedule_for``: how likely a consumer-protocol schedule has Java or confluent members.
-FOREIGN_PROBABILITY = 0.6
-#: The weight of a ``roll`` in a migration schedule (high: every slot should be rolled
-#: within the window), and the seconds a rolled slot is left alone (its close, the new
-#: process's start) before another member fault may hit it.
-ROLL_WEIGHT = 10.0
-ROLL_BUSY = 4.0
-
-
-def protocol_for(protocol: str, incarnation: int) -> str:
-    """The ``group_protocol`` of a slot's ``incarnation``-th process (1 = the first): the
-    schedule's, or for a migration ``classic`` for the first process and ``consumer`` for
-    every later one (a roll or a rejoin)."""
-    if protocol == "migration":
-        return "classic" if incarnation == 1 else "consumer"
-    return protocol
-
 
 #: ``assignor="upgrade-1"`` / ``"upgrade-2"``: the group is in the middle of one of KIP-429's
 #: two rolling bounces from eager to cooperative while the faults run. A group never mixes
@@ -565,7 +546,7 @@ def make_schedule(
         raise ValueError(f"broker must be one of {BROKERS}, not {broker!r}")
     if not 3 <= members <= 8:
         raise ValueError(f"members must be 3..8, not {members}")
-    remote_assignor = _check_protocol(
+    remote_assignor = check_protocol(
         broker, protocol, assignor, remote_assignor, java_members, confluent_members
     )
     if java_members or confluent_members:
@@ -640,36 +621,6 @@ def make_schedule(
         protocol=protocol,
         remote_assignor=remote_assignor,
     )
-
-
-def _check_protocol(
-    broker: str,
-    protocol: str,
-    assignor: str,
-    remote_assignor: str,
-    java_members: int,
-    confluent_members: int,
-) -> str:
-    """Validate the protocol parameters of :func:`make_schedule`; the remote assignor."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
-    if protocol == "classic":
-        if remote_assignor or confluent_members:
-            raise ValueError("remote_assignor and confluent members need the consumer protocol")
-        return ""
-    if broker != "kafka":
-        raise ValueError(f"the {protocol} protocol runs on Kafka only, not on {broker}")
-    if protocol == "consumer":
-        remote_assignor = remote_assignor or assignor
-        if assignor != remote_assignor:
-            raise ValueError("a consumer-protocol schedule's assignor is its remote assignor")
-    elif java_members or confluent_members:
-        raise ValueError("a migration rolls a kgroup-only group")
-    elif assignor not in MIGRATION_ASSIGNORS:
-        raise ValueError(f"a migration starts from one of {MIGRATION_ASSIGNORS}")
-    if remote_assignor not in REMOTE_ASSIGNORS:
-        raise ValueError(f"remote_assignor must be one of {REMOTE_ASSIGNORS}")
-    return remote_assignor
 
 
 def _duration(rng: random.Random, lo: float, hi: float) -> float:
@@ -831,45 +782,9 @@ def schedule_for(broker: str, seed: int, **overrides: Any) -> Schedule:
         if rng.random() >= 1.0 - MIXED_PROBABILITY:
             params["java_members"] = rng.randint(1, params["members"] // 2)
     if broker == "kafka":
-        params.update(_protocol_params(seed, params["members"]))
+        params.update(protocol_params(seed, params["members"]))
     params.update(overrides)
     return make_schedule(seed, broker=broker, **params)
-
-
-def _protocol_params(seed: int, members: int) -> dict[str, Any]:
-    """A Kafka seed's group protocol (:data:`CONSUMER_PROBABILITY`,
-    :data:`MIGRATION_PROBABILITY`) and what comes with it, from a generator of its own, so
-    that a seed that stays classic keeps the schedule it had (the classic default cases
-    among them: they all draw classic here). A consumer-protocol group draws its broker
-    assignor and, with :data:`FOREIGN_PROBABILITY`, Java and confluent members (together 1
-    to half of the slots); a migration 3 to 5 slots (so that most are rolled inside the
-    window), its classic assignor and the broker's. Both replace the classic draws
-    (assignor, Java members)."""
-    rng = random.Random(f"protocol:kafka:{seed}")
-    draw = rng.random()
-    if draw < CONSUMER_PROBABILITY:
-        remote = rng.choice(REMOTE_ASSIGNORS)
-        params: dict[str, Any] = {
-            "protocol": "consumer",
-            "assignor": remote,
-            "remote_assignor": remote,
-            "java_members": 0,
-            "confluent_members": 0,
-        }
-        if rng.random() < FOREIGN_PROBABILITY:
-            foreign = rng.randint(1, members // 2)
-            params["java_members"] = rng.randint(0, foreign)
-            params["confluent_members"] = foreign - params["java_members"]
-        return params
-    if draw < CONSUMER_PROBABILITY + MIGRATION_PROBABILITY:
-        return {
-            "protocol": "migration",
-            "members": min(members, rng.randint(3, 5)),
-            "assignor": rng.choice(MIGRATION_ASSIGNORS),
-            "remote_assignor": rng.choice(REMOTE_ASSIGNORS),
-            "java_members": 0,
-        }
-    return {}
 
 
 def _has(*kinds: str) -> Callable[[Schedule], bool]:

@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from ._protocols import MIGRATION_ASSIGNORS, ROLL_BUSY
 from ._runner import stable_bound
 from ._schedule import (
     ASSIGNORS,
@@ -19,12 +20,10 @@ from ._schedule import (
     FAULT_KINDS,
     JAVA_ASSIGNORS,
     JAVA_FAULTS,
-    MIGRATION_ASSIGNORS,
     MIXED_PROBABILITY,
     PROTOCOLS,
     PROXY_FAULTS,
     REMOTE_ASSIGNORS,
-    ROLL_BUSY,
     WEIGHTS,
     Schedule,
     Step,
