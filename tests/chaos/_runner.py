@@ -34,6 +34,13 @@ feed the same log, and the invariants apply to them as they stand (see
 Java client holds nothing the coordinator gave away (``_schedule.JAVA_FAULTS``), so any
 overlap fails the run, whoever's hold came first.
 
+Consumer-protocol schedules (KIP-848, Kafka only; see ``_kip848.py``): the group gets the
+schedule's session and heartbeat interval as group configs before its members join; kgroup
+members run ``--protocol consumer``; confluent-kafka members (``_confluent_proc.py``) write
+JavaMember's lines and are read like Java members; a migration's ``roll`` closes a member
+and starts its slot's next process on the consumer protocol; and once a consumer-protocol
+member runs, invariant 2 is :func:`._kip848.why_not_stable_consumer` (member epochs differ).
+
 Waits are event-driven: the reader tasks set an ``asyncio.Event`` on every line and the
 waits re-check their condition then, with a deadline.
 """
@@ -604,7 +611,8 @@ class ChaosRunner:
         self._changed.set()
 
     def feed(self, mp: MemberProc, rec: dict[str, Any]) -> None:
-        """One JSON line of ``mp``'s process (a kgroup member's or a Java member's)."""
+        """One JSON line of ``mp``'s process (a kgroup member's, or a Java or confluent
+        member's)."""
         if mp.foreign:
             self._on_java_event(mp, rec)
         else:
