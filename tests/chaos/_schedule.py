@@ -482,6 +482,7 @@ class _Slot:
     alive: bool = True  # a process runs in the slot (crashed/left: False)
     paused_until: float = 0.0
     down_since: float = 0.0
+    rejoin_at: float = 0.0  # down: when a rejoin may start a new process in the slot
     rolled: bool = False  # a migration: a process on the consumer protocol runs in the slot
 
     def usable(self, t: float) -> bool:
@@ -496,6 +497,7 @@ class _Slot:
 @dataclass
 class _Timeline:
     slots: list[_Slot]
+    protocol: str = "classic"
     proxy_free_at: float = 0.0
     broker_free_at: float = 0.0
     steps: list[Step] = field(default_factory=list)
@@ -589,7 +591,7 @@ def make_schedule(
     table = dict(weights if weights is not None else WEIGHTS[broker])
     if protocol == "migration":
         table.setdefault("roll", ROLL_WEIGHT)
-    line = _Timeline([_Slot(spec) for spec in specs])
+    line = _Timeline([_Slot(spec) for spec in specs], protocol)
     t = round(rng.uniform(0.3, gap[0]), 3)
     while t < fault_window - 0.5:
         kind = _draw(rng, table, line, t, fault_window, session)
@@ -640,7 +642,7 @@ def _possible(kind: str, line: _Timeline, t: float, window: float, session: floa
     if kind == "pause":
         return bool(usable) and t + _pause_range(session)[0] <= window
     if kind == "rejoin":
-        return any(not s.alive and s.down_since + 0.5 <= t for s in line.slots)
+        return any(not s.alive and s.rejoin_at <= t for s in line.slots)
     if kind == "roll":
         return any(not s.rolled for s in usable) and t + ROLL_BUSY <= window
     if kind in PROXY_FAULTS:
@@ -652,6 +654,18 @@ def _possible(kind: str, line: _Timeline, t: float, window: float, session: floa
     if kind == "broker_down":
         return line.broker_free_at <= t and t + 1.0 <= window
     return True
+
+
+def _rejoin_delay(kind: str, spec: MemberSpec, protocol: str, session: float) -> float:
+    """How long after a crash or a leave the slot may rejoin: 0.5 s, or for a static Java or
+    confluent slot that crashed in a consumer-protocol group a session timeout and 1 s.
+    Its crashed member keeps the instance id until the broker expires it (it never left
+    with epoch -2), and both clients take the broker's UNRELEASED_INSTANCE_ID as fatal
+    (Kafka's Java consumer by design, the spec's §10.7); kgroup retries for a session
+    (deviation 16), so kgroup slots rejoin at once."""
+    if kind == "crash" and spec.foreign and spec.instance_id and protocol == "consumer":
+        return session + 1.0
+    return 0.5
 
 
 def _draw(
@@ -689,9 +703,10 @@ def _add(
             steps.append(Step.make(t, kind, member=slot.spec.slot, duration=duration))
         else:
             slot.alive, slot.down_since = False, t
+            slot.rejoin_at = t + _rejoin_delay(kind, slot.spec, line.protocol, session)
             steps.append(Step.make(t, kind, member=slot.spec.slot))
     elif kind == "rejoin":
-        slot = rng.choice([s for s in line.slots if not s.alive and s.down_since + 0.5 <= t])
+        slot = rng.choice([s for s in line.slots if not s.alive and s.rejoin_at <= t])
         slot.alive, slot.paused_until, slot.rolled = True, 0.0, True
         steps.append(Step.make(t, kind, member=slot.spec.slot))
     elif kind == "roll":

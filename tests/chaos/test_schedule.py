@@ -203,9 +203,11 @@ def test_schedule_for_draws_mixed_groups_on_kafka_cooperative_sticky_only() -> N
 def _check_member_timeline(s: Schedule) -> None:
     """Crash, pause and leave hit running, unpaused members; rejoin only fills a slot that
     is down; at least one member is always left; a Java or confluent slot only gets
-    JAVA_FAULTS; a roll hits a running slot not rolled yet, which is then left alone for
-    ROLL_BUSY seconds."""
+    JAVA_FAULTS, and in a static consumer-protocol group rejoins a session timeout after it
+    crashed at the earliest (its instance id is not released before); a roll hits a running
+    slot not rolled yet, which is then left alone for ROLL_BUSY seconds."""
     alive = {m.slot: True for m in s.members}
+    rejoin_at = {m.slot: 0.0 for m in s.members}
     paused_until = {m.slot: 0.0 for m in s.members}
     rolled: set[str] = set()
     for step in s.steps:
@@ -225,8 +227,13 @@ def _check_member_timeline(s: Schedule) -> None:
             else:
                 alive[slot] = False
                 assert any(alive.values()), "the last member went away"
+                spec = s.member(slot)
+                late = step.kind == "crash" and spec.foreign and s.static
+                late = late and s.protocol == "consumer"
+                rejoin_at[slot] = step.at + (s.timeouts.session + 1.0 if late else 0.5)
         elif step.kind == "rejoin":
             assert slot is not None and not alive[slot], step
+            assert step.at >= rejoin_at[slot] - 1e-6, f"{step}: before {rejoin_at[slot]}"
             alive[slot] = True
             rolled.add(slot)  # a migration's new process runs the consumer protocol
 
