@@ -6,7 +6,8 @@ object per line on stdout. Every line has ``t`` (``time.monotonic()``: CLOCK_MON
 system-wide on Linux, so every process of the run shares it) and ``event``:
 
 - ``ready``: the member is constructed and about to start (``pid``, ``lease``: whether the
-  core knows the member lease, i.e. may emit ``lease_expired``);
+  core knows the member lease, i.e. may emit ``lease_expired``; ``protocol``: classic or
+  consumer);
 - ``assigned`` (at the START of ``on_partitions_assigned``), ``revoked`` (at the END of
   ``on_partitions_revoked``, ``cancelled`` when it ended because ``poll()`` was cancelled
   while it awaited), ``lost`` (at the START of ``on_partitions_lost``), each with
@@ -28,6 +29,11 @@ system-wide on Linux, so every process of the run shares it) and ``event``:
   unraisable exception captured, ResourceWarning as an error), ``loop_errors`` (the loop's
   exception handler calls), ``close_error`` and ``close_s``; finally ``exit`` (after the
   event loop closed) with any warning captured since ``closed``.
+
+``--protocol consumer`` runs KIP-848's consumer protocol (``--remote-assignor``, and
+``--session-ms`` as ``consumer_session_timeout_ms``, the bound of the lease; the session,
+heartbeat and assignor options of the classic protocol are not used). Its ``generation``
+is the member epoch, which differs from member to member.
 
 kgroup's own logs (structlog) go to stderr, which the runner writes to the member's log
 file. Run by hand::
@@ -156,14 +162,27 @@ async def run(a: argparse.Namespace) -> None:
     loop.set_exception_handler(on_loop_error)
     baseline = open_sockets()  # the loop's self-pipe and whatever the runtime opened
 
+    protocol: dict[str, Any]
+    if a.protocol == "consumer":
+        # KIP-848: the broker owns the session, the interval and the assignment (the
+        # classic settings are ConfigErrors); the lease is told the group's session.
+        protocol = {
+            "group_protocol": "consumer",
+            "group_remote_assignor": a.remote_assignor or None,
+            "consumer_session_timeout_ms": a.session_ms,
+        }
+    else:
+        protocol = {
+            "assignors": tuple(a.assignor.split(",")),
+            "session_timeout_ms": a.session_ms,
+            "heartbeat_interval_ms": a.heartbeat_ms,
+        }
     config = GroupConfig(
         bootstrap_servers=a.bootstrap,
         group_id=a.group,
         topics=[a.topic],
-        assignors=tuple(a.assignor.split(",")),
         group_instance_id=a.instance_id or None,
-        session_timeout_ms=a.session_ms,
-        heartbeat_interval_ms=a.heartbeat_ms,
+        **protocol,
         max_poll_interval_ms=a.max_poll_ms,
         request_timeout_ms=a.request_timeout_ms,
         retry_backoff_ms=a.retry_backoff_ms,
@@ -264,7 +283,7 @@ async def run(a: argparse.Namespace) -> None:
 
     poll_task = loop.create_task(poll_loop(), name="chaos-poll-loop")
     loop.add_signal_handler(signal.SIGTERM, poll_task.cancel)
-    emit("ready", pid=os.getpid(), lease=hasattr(MemberCore, "check_lease"))
+    emit("ready", pid=os.getpid(), lease=hasattr(MemberCore, "check_lease"), protocol=a.protocol)
     await member.start()
     with contextlib.suppress(asyncio.CancelledError):
         await poll_task
@@ -310,6 +329,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--name", default="chaos-member")
     p.add_argument("--instance-id", default="")
     p.add_argument("--assignor", default="range", help="name, or names separated by commas")
+    p.add_argument("--protocol", choices=("classic", "consumer"), default="classic")
+    p.add_argument("--remote-assignor", default="", help="the broker's (consumer protocol)")
     p.add_argument("--session-ms", type=int, default=6000)
     p.add_argument("--heartbeat-ms", type=int, default=500)
     p.add_argument("--max-poll-ms", type=int, default=12_000)

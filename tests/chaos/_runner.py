@@ -34,6 +34,13 @@ feed the same log, and the invariants apply to them as they stand (see
 Java client holds nothing the coordinator gave away (``_schedule.JAVA_FAULTS``), so any
 overlap fails the run, whoever's hold came first.
 
+Consumer-protocol schedules (KIP-848, Kafka only; see ``_kip848.py``): the group gets the
+schedule's session and heartbeat interval as group configs before its members join; kgroup
+members run ``--protocol consumer``; confluent-kafka members (``_confluent_proc.py``) write
+JavaMember's lines and are read like Java members; a migration's ``roll`` closes a member
+and starts its slot's next process on the consumer protocol; and once a consumer-protocol
+member runs, invariant 2 is :func:`._kip848.why_not_stable_consumer` (member epochs differ).
+
 Waits are event-driven: the reader tasks set an ``asyncio.Event`` on every line and the
 waits re-check their condition then, with a deadline.
 """
@@ -62,7 +69,13 @@ from kgroup.testing._invariants import Hold
 from kgroup.testing._java import java_member_command
 from kgroup.testing._ports import kill_with_parent_prefix, register_child, unregister_child
 
-from ._schedule import API_KEYS, MemberSpec, Schedule, Step, assignors_for
+from ._kip848 import (
+    confluent_argv,
+    group_setup,
+    java_protocol_args,
+    why_not_stable_consumer,
+)
+from ._schedule import API_KEYS, MemberSpec, Schedule, Step, assignors_for, protocol_for
 
 __all__ = ["ChaosRunner", "RunResult", "Target", "stable_bound"]
 
@@ -204,6 +217,19 @@ class MemberProc:
     last_joined: dict[str, Any] | None = None
     #: Kafka's Java consumer (JavaMember.java), not kgroup
     java: bool = False
+    #: confluent-kafka (_confluent_proc.py), not kgroup
+    confluent: bool = False
+    #: the process's group protocol (classic or consumer)
+    protocol: str = "classic"
+
+    @property
+    def foreign(self) -> bool:
+        """Another client than kgroup (Java or confluent): lines in JavaMember's vocabulary."""
+        return self.java or self.confluent
+
+    @property
+    def client(self) -> str:
+        return "Java" if self.java else "confluent" if self.confluent else "kgroup"
 
     @property
     def live(self) -> bool:
@@ -224,6 +250,7 @@ class RunResult:
     rebalances: int = 0
     processes: int = 0
     java_processes: int = 0
+    confluent_processes: int = 0
     #: overlaps of a Java member's hold across a Kafka restart that expired it (tolerated)
     java_restart_overlaps: int = 0
     initial_stable: float | None = None
@@ -259,6 +286,8 @@ class RunResult:
         extra = ""
         if self.java_processes:
             extra += f"; Java processes {self.java_processes}"
+        if self.confluent_processes:
+            extra += f"; confluent processes {self.confluent_processes}"
         if self.java_restart_overlaps:
             extra += f" (Java overlaps across a restart: {self.java_restart_overlaps})"
         if self.cancelled_revokes:
@@ -366,6 +395,9 @@ class ChaosRunner:
         name = spec.slot if n == 1 else f"{spec.slot}.{n}"
         if spec.java:
             return await self._spawn_java(spec, name)
+        if spec.confluent:
+            return await self._spawn_confluent(spec, name)
+        protocol = protocol_for(self.schedule.protocol, n)
         t = self.schedule.timeouts
         argv = [
             *kill_with_parent_prefix(),
@@ -403,6 +435,10 @@ class ChaosRunner:
             str(POLL_TIMEOUT),
             "--revoke-work",
             str(self.schedule.revoke_work),
+            "--protocol",
+            protocol,
+            "--remote-assignor",
+            self.schedule.remote_assignor,
         ]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
@@ -419,8 +455,10 @@ class ChaosRunner:
                 start_new_session=True,
                 limit=4 * 1024 * 1024,
             )
-        where = "via proxy" if spec.via_proxy else "direct"
-        return self._track(spec, name, proc, log_path, where, java=False)
+        where = ("via proxy" if spec.via_proxy else "direct") + f", {protocol} protocol"
+        mp = self._track(spec, name, proc, log_path, where)
+        mp.protocol = protocol
+        return mp
 
     def _track(
         self,
@@ -429,8 +467,6 @@ class ChaosRunner:
         proc: asyncio.subprocess.Process,
         log_path: Path,
         where: str,
-        *,
-        java: bool,
     ) -> MemberProc:
         """Track a member process just spawned and start reading its lines."""
         register_child(proc.pid)
@@ -441,11 +477,14 @@ class ChaosRunner:
             log_path=log_path,
             events_path=self.workdir / f"{name}.events.jsonl",
             spawned_at=time.monotonic(),
-            java=java,
+            java=spec.java,
+            confluent=spec.confluent,
+            protocol="consumer" if spec.confluent else self.schedule.protocol,
         )
         self.procs.append(mp)
         self.result.processes += 1
-        self.result.java_processes += int(java)
+        self.result.java_processes += int(spec.java)
+        self.result.confluent_processes += int(spec.confluent)
         self.note(f"spawned {name} pid {proc.pid} ({where}, instance id {spec.instance_id})")
         self._readers.append(
             asyncio.get_running_loop().create_task(self._read(mp), name=f"chaos-read-{name}")
@@ -482,6 +521,7 @@ class ChaosRunner:
         ]
         if spec.instance_id:
             args += ["--group-instance-id", spec.instance_id]
+        args += java_protocol_args(s)
         for key, value in (
             ("request.timeout.ms", t.request_timeout_ms),
             ("retry.backoff.ms", t.retry_backoff_ms),
@@ -509,7 +549,28 @@ class ChaosRunner:
                 start_new_session=True,
                 limit=4 * 1024 * 1024,
             )
-        return self._track(spec, name, proc, log_path, "Java, direct", java=True)
+        where = f"Java, direct, {s.protocol} protocol"
+        return self._track(spec, name, proc, log_path, where)
+
+    async def _spawn_confluent(self, spec: MemberSpec, name: str) -> MemberProc:
+        """Start a confluent-kafka member (consumer protocol) in ``spec``'s slot, direct."""
+        argv = [
+            *kill_with_parent_prefix(),
+            *confluent_argv(
+                self.schedule, spec, name, self.target.bootstrap_for(spec), self.group, self.topic
+            ),
+        ]
+        log_path = self.workdir / f"{name}.log"
+        with log_path.open("wb") as log:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+                limit=4 * 1024 * 1024,
+            )
+        return self._track(spec, name, proc, log_path, "confluent, direct, consumer protocol")
 
     def current(self, slot: str) -> MemberProc | None:
         """The newest process of ``slot``."""
@@ -550,8 +611,9 @@ class ChaosRunner:
         self._changed.set()
 
     def feed(self, mp: MemberProc, rec: dict[str, Any]) -> None:
-        """One JSON line of ``mp``'s process (a kgroup member's or a Java member's)."""
-        if mp.java:
+        """One JSON line of ``mp``'s process (a kgroup member's, or a Java or confluent
+        member's)."""
+        if mp.foreign:
             self._on_java_event(mp, rec)
         else:
             self._on_event(mp, rec)
@@ -600,7 +662,10 @@ class ChaosRunner:
             mp.exit = rec
 
     def _on_java_event(self, mp: MemberProc, rec: dict[str, Any]) -> None:
-        """A Java member's line (JavaMember.java), on the invariants' terms.
+        """A Java member's line (JavaMember.java), on the invariants' terms; a confluent
+        member's (``_confluent_proc.py``) alike: it writes the same lines, except that its
+        ``status`` has no generation (librdkafka does not expose the member epoch) and its
+        ``error`` names its type.
 
         Its holds start when ``onPartitionsAssigned`` starts and end when
         ``onPartitionsRevoked`` returns or ``onPartitionsLost`` starts, as a kgroup member's;
@@ -632,7 +697,7 @@ class ChaosRunner:
             rec = {"type": "JavaException", **rec}
             mp.errors.append(rec)
             self.result.errors_seen[str(rec.get("type"))] += 1
-            self.note(f"{mp.name} (Java) raised: {rec.get('message')}")
+            self.note(f"{mp.name} ({mp.client}) raised: {rec.get('message')}")
         elif event == "closed":
             mp.closed = rec
             self.ownership.died(mp.name, at)
@@ -670,14 +735,24 @@ class ChaosRunner:
 
         A Java member reports no state: it counts once it reports a generation (after a
         completed join and sync), which must be the others'; its assignment and holds count
-        like a kgroup member's."""
+        like a kgroup member's.
+
+        Once a member of the consumer protocol runs in the group, generations are member
+        epochs, one per member: :func:`._kip848.why_not_stable_consumer` checks instead."""
         live = [p for p in self.procs if p.live]
+        if any(p.protocol == "consumer" for p in live):
+            return why_not_stable_consumer(
+                live,
+                self.partitions,
+                self.ownership.holders(),
+                {p.name: p.client for p in live},
+            )
         if not live:
             return "no live member"
         for p in live:
-            if p.java:
+            if p.foreign:
                 if p.status is None or int(p.status.get("generation", -1)) < 1:
-                    return f"{p.name} (Java) has not joined"
+                    return f"{p.name} ({p.client}) has not joined"
             elif p.status is None or p.status.get("state") != "STABLE":
                 state = None if p.status is None else p.status.get("state")
                 return f"{p.name} is {state}"
@@ -746,7 +821,7 @@ class ChaosRunner:
                 continue
             st = p.status or {}
             assignment = [f"{t}-{n}" for t, n in st.get("assignment", [])]
-            state = "Java" if p.java else st.get("state")
+            state = p.client if p.foreign else st.get("state")
             parts.append(f"{p.name}({p.state}): {state} gen {st.get('generation')} {assignment}")
         return "; ".join(parts) or "no process left"
 
@@ -781,6 +856,9 @@ class ChaosRunner:
         s = self.schedule
         await self.target.create_topic(self.topic, s.partitions)
         self.note(f"topic {self.topic} ({s.partitions} partitions), group {self.group}")
+        done = await group_setup(s, self.target.direct_bootstrap, self.group)
+        if done is not None:
+            self.note(done)
         for spec in s.members:
             await self.spawn(spec)
         initial_bound = INITIAL_STABLE_BOUND[s.broker]
@@ -902,6 +980,14 @@ class ChaosRunner:
                 await self.wait_for(lambda: None if old.done.is_set() else "closing", 15.0)
             self._applied(step)
             self._later(f"rejoin-{slot}", self._spawn_quietly(spec))
+        elif kind == "roll":
+            slot = step.member
+            assert slot is not None
+            mp = self.current(slot)
+            if mp is None or not mp.live or mp.state == "paused":
+                self._skip(step, f"{slot} has no running process")
+                return
+            self._later(f"roll-{mp.name}", self._roll(step, mp))
         elif kind == "black_hole":
             assert target.proxy is not None
             target.proxy.black_hole(step.arg("direction", "both"))
@@ -964,6 +1050,19 @@ class ChaosRunner:
 
     async def _spawn_quietly(self, spec: MemberSpec) -> None:
         await self.spawn(spec)
+
+    async def _roll(self, step: Step, mp: MemberProc) -> None:
+        """A migration's roll: the member closes (SIGTERM), then its slot's next process
+        starts, on the consumer protocol (``protocol_for``)."""
+        await self._leave(step, mp)
+        if mp.state != "terminating":
+            return  # skipped: not running
+        why = await self.wait_for(
+            lambda: None if mp.done.is_set() else f"{mp.name} closing", self._close_bound()
+        )
+        if why is not None:
+            self.note(f"roll: {why} after {self._close_bound():.0f} s; its successor starts")
+        await self.spawn(mp.spec)
 
     async def _leave(self, step: Step, mp: MemberProc) -> None:
         if not mp.ready.is_set():
@@ -1095,16 +1194,17 @@ class ChaosRunner:
             )
             overlaps = [pair for pair in overlaps if pair not in lost_state]
         if overlaps:
-            java = {mp.name for mp in self.procs if mp.java}
-            if java:
+            clients = {mp.name: mp.client for mp in self.procs}
+            if any(mp.foreign for mp in self.procs):
                 first = Counter(
-                    "Java" if min(a, b, key=lambda h: h.start).member in java else "kgroup"
+                    clients.get(min(a, b, key=lambda h: h.start).member, "kgroup")
                     for a, b in overlaps
                 )
                 self.result.notes.append(
                     "overlaps by whose hold came first: "
                     + ", ".join(f"{who} {n}" for who, n in sorted(first.items()))
-                    + " (every one fails the run: Java members only get faults they survive)"
+                    + " (every one fails the run: Java and confluent members only get faults "
+                    "they survive)"
                 )
             shown = "\n".join(
                 f"       {self._hold(a)}\n         overlaps {self._hold(b)}"
@@ -1191,10 +1291,11 @@ class ChaosRunner:
         before the later hold, and ended by ``lost`` no later than a session timeout (plus
         1 s of process slack) after the broker was back. A Java hold that ended any other
         way (revoked: the group still counted it as a member) or later, or a kgroup member's
-        earlier hold, still fails.
+        earlier hold, still fails. A confluent member (consumer protocol) has no lease either
+        and is held to the same terms.
         """
         earlier, later = sorted((a, b), key=lambda h: h.start)
-        if not any(mp.java and mp.name == earlier.member for mp in self.procs):
+        if not any(mp.foreign and mp.name == earlier.member for mp in self.procs):
             return False
         if earlier.ended_by != "lost" or earlier.end is None:
             return False
@@ -1207,8 +1308,8 @@ class ChaosRunner:
     def _hold(self, hold: Hold) -> str:
         end = "open" if hold.end is None else f"{self._rel(hold.end)} ({hold.ended_by})"
         start = self._rel(hold.start)
-        java = any(mp.java and mp.name == hold.member for mp in self.procs)
-        who = f"{hold.member} (Java)" if java else hold.member
+        client = next((mp.client for mp in self.procs if mp.name == hold.member), "kgroup")
+        who = hold.member if client == "kgroup" else f"{hold.member} ({client})"
         return f"{who} gen {hold.generation} held {hold.partition} {start}..{end}"
 
     async def _cleanup(self) -> None:

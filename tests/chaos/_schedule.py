@@ -30,6 +30,8 @@ Fault kinds (``Step.kind``: brokers; ``Step.args``):
 - ``broker_down`` (mock; ``broker_id``, ``duration``): down, then up again.
 - ``inject_errors`` (mock; ``api`` name, ``api_key``, ``codes``): the next requests of that
   API fail with these codes, in order.
+- ``roll`` (kafka, migration schedules; ``member``): SIGTERM the member (it closes), then
+  start its next process, on the consumer protocol.
 
 Proxy faults never overlap (each ends with a heal), nor do broker restarts or downs.
 Members named in steps are slots ``m1`` .. ``mN``; a ``rejoin`` starts a new process (a new
@@ -43,6 +45,14 @@ off from the coordinator, until it hears it was evicted), so Java slots only get
 after which it holds nothing the coordinator gave to someone else (:data:`JAVA_FAULTS`:
 crash, leave, rejoin; the broker restarts hit every member alike): they connect directly,
 never through the proxy, and are never paused. kgroup slots get every fault as usual.
+
+Group protocols (Kafka only; ``Schedule.protocol``): ``classic`` (JoinGroup/SyncGroup, every
+schedule so far), ``consumer`` (KIP-848: the broker assigns with ``remote_assignor``; some
+slots may run Kafka's Java consumer or confluent-kafka (librdkafka, ``MemberSpec.confluent``,
+``_confluent_proc.py``), both on the consumer protocol, with the Java slots' rules) and
+``migration``: a classic group of kgroup members (``assignor``) whose slots are rolled one
+by one onto the consumer protocol (``roll`` steps) while the faults run; every process
+started after a slot's first (a roll, a rejoin) runs the consumer protocol.
 """
 
 from __future__ import annotations
@@ -55,18 +65,31 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ._protocols import (
+    PROTOCOLS,
+    REMOTE_ASSIGNORS,
+    ROLL_BUSY,
+    ROLL_WEIGHT,
+    check_protocol,
+    protocol_for,
+    protocol_params,
+)
+
 __all__ = [
     "ASSIGNORS",
     "BROKERS",
     "FAULT_KINDS",
     "JAVA_ASSIGNORS",
     "JAVA_FAULTS",
+    "PROTOCOLS",
+    "REMOTE_ASSIGNORS",
     "MemberSpec",
     "Schedule",
     "Step",
     "Timeouts",
     "default_cases",
     "make_schedule",
+    "protocol_for",
     "schedule_for",
 ]
 
@@ -109,7 +132,8 @@ PROXY_FAULTS = ("black_hole", "latency", "cut")
 #: closing one revokes or loses everything before it exits). Not ``pause``: a JVM stopped
 #: for longer than the session keeps its partitions when it continues, until a heartbeat
 #: or poll tells it it was evicted, while the new owner already works on them. Not the
-#: proxy faults either (Java slots connect directly), for the same reason.
+#: proxy faults either (Java slots connect directly), for the same reason. A confluent slot
+#: (consumer protocol) gets the same faults, for the same reasons.
 JAVA_FAULTS = ("crash", "leave", "rejoin")
 FAULT_KINDS = (
     *MEMBER_FAULTS,
@@ -119,6 +143,7 @@ FAULT_KINDS = (
     "coordinator_move",
     "broker_down",
     "inject_errors",
+    "roll",
 )
 
 #: How likely each fault is, per broker (weights; a fault whose preconditions do not hold
@@ -212,13 +237,23 @@ DEFAULT_TIMEOUTS: dict[str, Timeouts] = {
 @dataclass(frozen=True)
 class MemberSpec:
     """One member slot: its name, its static identity (None: dynamic), whether it reaches
-    the broker through the fault proxy, and whether it runs Kafka's Java consumer instead
-    of kgroup."""
+    the broker through the fault proxy, and whether it runs Kafka's Java consumer or
+    confluent-kafka (librdkafka, consumer protocol only) instead of kgroup."""
 
     slot: str
     instance_id: str | None = None
     via_proxy: bool = False
     java: bool = False
+    confluent: bool = False
+
+    @property
+    def foreign(self) -> bool:
+        """Another client than kgroup (Java or confluent): only :data:`JAVA_FAULTS`."""
+        return self.java or self.confluent
+
+    @property
+    def client(self) -> str:
+        return "java" if self.java else "confluent" if self.confluent else "kgroup"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -226,6 +261,7 @@ class MemberSpec:
             "instance_id": self.instance_id,
             "via_proxy": self.via_proxy,
             "java": self.java,
+            "confluent": self.confluent,
         }
 
 
@@ -303,6 +339,10 @@ class Schedule:
     #: Exception class names that a step makes legitimate (e.g. an injected fatal code).
     expected_errors: tuple[str, ...] = ()
     version: int = 1
+    #: :data:`PROTOCOLS`; ``remote_assignor``: the broker's assignor of the consumer-protocol
+    #: members ("" under the classic protocol).
+    protocol: str = "classic"
+    remote_assignor: str = ""
 
     # -- views ------------------------------------------------------------------------------
 
@@ -323,6 +363,16 @@ class Schedule:
         """The slots run by Kafka's Java consumer (empty: a kgroup-only group)."""
         return tuple(m.slot for m in self.members if m.java)
 
+    @property
+    def confluent_slots(self) -> tuple[str, ...]:
+        """The slots run by confluent-kafka (consumer protocol only)."""
+        return tuple(m.slot for m in self.members if m.confluent)
+
+    @property
+    def foreign_slots(self) -> tuple[str, ...]:
+        """The slots run by another client than kgroup (Java or confluent)."""
+        return tuple(m.slot for m in self.members if m.foreign)
+
     def member(self, slot: str) -> MemberSpec:
         for spec in self.members:
             if spec.slot == slot:
@@ -332,10 +382,19 @@ class Schedule:
     @property
     def label(self) -> str:
         """A short id: ``kafka-static-range-5m-seed17``, ``...-5m-2java-seed17`` when two of
-        the five members are Java consumers."""
+        the five members are Java consumers; a consumer-protocol schedule says so after the
+        broker (``kafka-consumer-static-uniform-4m-1java-1confluent-seed5``), a migration
+        names both assignors (``kafka-migration-dynamic-range-to-uniform-3m-seed9``)."""
         kind = "static" if self.static else "dynamic"
         java = f"{len(self.java_slots)}java-" if self.java_slots else ""
-        return f"{self.broker}-{kind}-{self.assignor}-{len(self.members)}m-{java}seed{self.seed}"
+        java += f"{len(self.confluent_slots)}confluent-" if self.confluent_slots else ""
+        protocol = "" if self.protocol == "classic" else f"{self.protocol}-"
+        assignor = self.assignor
+        if self.protocol == "migration":
+            assignor = f"{self.assignor}-to-{self.remote_assignor}"
+        return (
+            f"{self.broker}-{protocol}{kind}-{assignor}-{len(self.members)}m-{java}seed{self.seed}"
+        )
 
     # -- JSON -------------------------------------------------------------------------------
 
@@ -352,6 +411,8 @@ class Schedule:
             "fault_window": self.fault_window,
             "revoke_work": self.revoke_work,
             "expected_errors": list(self.expected_errors),
+            "protocol": self.protocol,
+            "remote_assignor": self.remote_assignor,
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -376,6 +437,8 @@ class Schedule:
             revoke_work=float(data.get("revoke_work", 0.0)),
             expected_errors=tuple(data.get("expected_errors", ())),
             version=int(data.get("version", 1)),
+            protocol=str(data.get("protocol", "classic")),
+            remote_assignor=str(data.get("remote_assignor", "")),
         )
 
     def __str__(self) -> str:
@@ -383,12 +446,18 @@ class Schedule:
         members = ", ".join(
             m.slot
             + (":java" if m.java else "")
+            + (":confluent" if m.confluent else "")
             + ("@proxy" if m.via_proxy else "")
             + (f"[{m.instance_id}]" if m.instance_id else "")
             for m in self.members
         )
+        protocol = {
+            "classic": "",
+            "consumer": f"; consumer protocol, broker assignor {self.remote_assignor}",
+            "migration": f"; classic, rolled to the consumer protocol ({self.remote_assignor})",
+        }[self.protocol]
         lines = [
-            f"schedule {self.label}: {self.partitions} partitions, members {members}",
+            f"schedule {self.label}: {self.partitions} partitions, members {members}{protocol}",
             f"  session {t.session_ms} ms, heartbeat {t.heartbeat_ms} ms, max poll "
             f"{t.max_poll_ms} ms, request timeout {t.request_timeout_ms} ms, revoke work "
             f"{self.revoke_work} s; fault window {self.fault_window:.1f} s"
@@ -413,6 +482,8 @@ class _Slot:
     alive: bool = True  # a process runs in the slot (crashed/left: False)
     paused_until: float = 0.0
     down_since: float = 0.0
+    rejoin_at: float = 0.0  # down: when a rejoin may start a new process in the slot
+    rolled: bool = False  # a migration: a process on the consumer protocol runs in the slot
 
     def usable(self, t: float) -> bool:
         """Running and not paused at ``t``: may be crashed, paused or asked to leave."""
@@ -420,12 +491,13 @@ class _Slot:
 
     def allows(self, kind: str) -> bool:
         """Whether this slot may get a member fault of ``kind`` (:data:`JAVA_FAULTS`)."""
-        return not self.spec.java or kind in JAVA_FAULTS
+        return not self.spec.foreign or kind in JAVA_FAULTS
 
 
 @dataclass
 class _Timeline:
     slots: list[_Slot]
+    protocol: str = "classic"
     proxy_free_at: float = 0.0
     broker_free_at: float = 0.0
     steps: list[Step] = field(default_factory=list)
@@ -450,6 +522,9 @@ def make_schedule(
     hard_restart_probability: float = 0.15,
     fatal_error_probability: float = 0.1,
     java_members: int = 0,
+    protocol: str = "classic",
+    remote_assignor: str = "",
+    confluent_members: int = 0,
 ) -> Schedule:
     """A random chaos schedule, a pure function of its arguments (``random.Random(seed)``).
 
@@ -460,27 +535,44 @@ def make_schedule(
     :data:`WEIGHTS` for the broker. ``java_members`` (Kafka, 1..members-1, an assignor of
     :data:`JAVA_ASSIGNORS`) slots run Kafka's Java consumer: direct, and only the faults of
     :data:`JAVA_FAULTS`; at least one kgroup slot is proxied.
+
+    ``protocol`` (:data:`PROTOCOLS`; not classic: Kafka only): ``"consumer"`` runs every slot
+    on KIP-848's consumer protocol with the broker's ``remote_assignor`` (default: the
+    ``assignor``, one of :data:`REMOTE_ASSIGNORS`), and ``confluent_members`` slots may run
+    confluent-kafka (Java slots and confluent slots together fewer than ``members``);
+    ``"migration"`` starts a kgroup-only classic group on ``assignor`` and adds ``roll``
+    steps (:data:`ROLL_WEIGHT`) that move its slots, one at a time, onto the consumer
+    protocol with ``remote_assignor``.
     """
     if broker not in BROKERS:
         raise ValueError(f"broker must be one of {BROKERS}, not {broker!r}")
     if not 3 <= members <= 8:
         raise ValueError(f"members must be 3..8, not {members}")
-    if java_members:
+    remote_assignor = check_protocol(
+        broker, protocol, assignor, remote_assignor, java_members, confluent_members
+    )
+    if java_members or confluent_members:
         if broker != "kafka":
             raise ValueError(f"Java members run on Kafka only, not on {broker}")
-        if not 1 <= java_members < members:
-            raise ValueError(f"java_members must be 1..{members - 1}, not {java_members}")
-        if assignor not in JAVA_ASSIGNORS:
+        if not 1 <= java_members + confluent_members < members:
+            raise ValueError(
+                f"java_members + confluent_members must be 1..{members - 1}, not "
+                f"{java_members + confluent_members}"
+            )
+        if protocol == "classic" and assignor not in JAVA_ASSIGNORS:
             raise ValueError(f"a mixed group's assignor is one of {JAVA_ASSIGNORS}")
     rng = random.Random(seed)
     t_out = timeouts or DEFAULT_TIMEOUTS[broker]
     session = t_out.session
     n_partitions = partitions if partitions is not None else rng.randint(members, 2 * members + 2)
     java: set[int] = set()
-    if java_members:
-        # Java slots connect directly; between one and all of the kgroup slots are proxied.
-        java = set(rng.sample(range(members), java_members))
-        others = [i for i in range(members) if i not in java]
+    confluent: set[int] = set()
+    if java_members or confluent_members:
+        # Java and confluent slots connect directly; between one and all of the kgroup slots
+        # are proxied.
+        foreign = rng.sample(range(members), java_members + confluent_members)
+        java, confluent = set(foreign[:java_members]), set(foreign[java_members:])
+        others = [i for i in range(members) if i not in java | confluent]
         proxied = set(rng.sample(others, rng.randint(1, len(others))))
     else:
         n_proxied = rng.randint(1, members - 1) if broker == "kafka" else 0
@@ -491,12 +583,15 @@ def make_schedule(
             instance_id=f"m{i + 1}" if static else None,
             via_proxy=i in proxied,
             java=i in java,
+            confluent=i in confluent,
         )
         for i in range(members)
     )
     revoke_work = rng.choice((0.0, 0.0, 0.05, 0.3))
     table = dict(weights if weights is not None else WEIGHTS[broker])
-    line = _Timeline([_Slot(spec) for spec in specs])
+    if protocol == "migration":
+        table.setdefault("roll", ROLL_WEIGHT)
+    line = _Timeline([_Slot(spec) for spec in specs], protocol)
     t = round(rng.uniform(0.3, gap[0]), 3)
     while t < fault_window - 0.5:
         kind = _draw(rng, table, line, t, fault_window, session)
@@ -525,6 +620,8 @@ def make_schedule(
         steps=tuple(line.steps),
         revoke_work=revoke_work,
         expected_errors=tuple(sorted(line.expected)),
+        protocol=protocol,
+        remote_assignor=remote_assignor,
     )
 
 
@@ -545,7 +642,9 @@ def _possible(kind: str, line: _Timeline, t: float, window: float, session: floa
     if kind == "pause":
         return bool(usable) and t + _pause_range(session)[0] <= window
     if kind == "rejoin":
-        return any(not s.alive and s.down_since + 0.5 <= t for s in line.slots)
+        return any(not s.alive and s.rejoin_at <= t for s in line.slots)
+    if kind == "roll":
+        return any(not s.rolled for s in usable) and t + ROLL_BUSY <= window
     if kind in PROXY_FAULTS:
         if not any(s.spec.via_proxy for s in line.slots) or line.proxy_free_at > t:
             return False
@@ -555,6 +654,18 @@ def _possible(kind: str, line: _Timeline, t: float, window: float, session: floa
     if kind == "broker_down":
         return line.broker_free_at <= t and t + 1.0 <= window
     return True
+
+
+def _rejoin_delay(kind: str, spec: MemberSpec, protocol: str, session: float) -> float:
+    """How long after a crash or a leave the slot may rejoin: 0.5 s, or for a static Java or
+    confluent slot that crashed in a consumer-protocol group a session timeout and 1 s.
+    Its crashed member keeps the instance id until the broker expires it (it never left
+    with epoch -2), and both clients take the broker's UNRELEASED_INSTANCE_ID as fatal
+    (Kafka's Java consumer by design, the spec's §10.7); kgroup retries for a session
+    (deviation 16), so kgroup slots rejoin at once."""
+    if kind == "crash" and spec.foreign and spec.instance_id and protocol == "consumer":
+        return session + 1.0
+    return 0.5
 
 
 def _draw(
@@ -592,10 +703,15 @@ def _add(
             steps.append(Step.make(t, kind, member=slot.spec.slot, duration=duration))
         else:
             slot.alive, slot.down_since = False, t
+            slot.rejoin_at = t + _rejoin_delay(kind, slot.spec, line.protocol, session)
             steps.append(Step.make(t, kind, member=slot.spec.slot))
     elif kind == "rejoin":
-        slot = rng.choice([s for s in line.slots if not s.alive and s.down_since + 0.5 <= t])
-        slot.alive, slot.paused_until = True, 0.0
+        slot = rng.choice([s for s in line.slots if not s.alive and s.rejoin_at <= t])
+        slot.alive, slot.paused_until, slot.rolled = True, 0.0, True
+        steps.append(Step.make(t, kind, member=slot.spec.slot))
+    elif kind == "roll":
+        slot = rng.choice([s for s in line.slots if s.usable(t) and not s.rolled])
+        slot.rolled, slot.paused_until = True, t + ROLL_BUSY
         steps.append(Step.make(t, kind, member=slot.spec.slot))
     elif kind == "black_hole":
         duration = _duration(rng, 2.0, min(session * 1.6, window - t))
@@ -680,6 +796,8 @@ def schedule_for(broker: str, seed: int, **overrides: Any) -> Schedule:
     if broker == "kafka" and params["assignor"] == "cooperative-sticky":
         if rng.random() >= 1.0 - MIXED_PROBABILITY:
             params["java_members"] = rng.randint(1, params["members"] // 2)
+    if broker == "kafka":
+        params.update(protocol_params(seed, params["members"]))
     params.update(overrides)
     return make_schedule(seed, broker=broker, **params)
 
@@ -744,6 +862,31 @@ DEFAULT_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = 
         "mock",
         "coordinator move, broker down/up, injected errors",
         _has("coordinator_move", "broker_down", "inject_errors"),
+    ),
+    (
+        "kafka",
+        "a consumer-protocol group of kgroup, Java and confluent members: a Java or confluent "
+        "member crashes and rejoins, one leaves, a kgroup member is paused and cut off",
+        lambda s: (
+            s.protocol == "consumer"
+            and bool(s.java_slots)
+            and bool(s.confluent_slots)
+            and {"crash", "rejoin", "leave"}
+            <= {st.kind for st in s.steps if st.member in s.foreign_slots}
+            and _has("pause", "black_hole")(s)
+        ),
+    ),
+    (
+        "kafka",
+        "a migration under faults: every slot rolled (or restarted) onto the consumer "
+        "protocol one by one, a crash and a broker restart",
+        lambda s: (
+            s.protocol == "migration"
+            and {m.slot for m in s.members}
+            <= {st.member for st in s.steps if st.kind in ("roll", "rejoin")}
+            and "roll" in s.kinds()
+            and _has("crash", "broker_restart")(s)
+        ),
     ),
 )
 

@@ -12,6 +12,9 @@ Options:
     Only seeds whose schedule is a mixed Java/kgroup group (Kafka only): with
     ``--chaos-count K``, ``K`` such random seeds (with ``--chaos-seed N`` too: the first
     ``K`` from ``N`` on). The seeds replay without the option.
+``--chaos-protocol consumer|migration``
+    Likewise, only Kafka seeds whose schedule runs the consumer protocol (kgroup, Java and
+    confluent members) or rolls a classic group onto it (``migration``).
 
 Without either, ``test_chaos`` runs :func:`~._schedule.default_cases` (fixed seeds that
 cover every fault kind) and ``test_soak`` (``slow``: only with ``--run-slow``) one random
@@ -30,14 +33,14 @@ import random
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ._cases import KNOWN_BUGS, TOTALS, ChaosCase, Totals
-from ._schedule import BROKERS, default_cases, schedule_for
+from ._schedule import BROKERS, Schedule, default_cases, schedule_for
 
 _MARKS = {"kafka": pytest.mark.kafka, "tansu": pytest.mark.tansu, "mock": pytest.mark.mock_cluster}
 
@@ -53,6 +56,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="only seeds of mixed Java/kgroup groups (Kafka)",
+    )
+    group.addoption(
+        "--chaos-protocol",
+        choices=("consumer", "migration"),
+        default=None,
+        help="only seeds of consumer-protocol groups, or of migrations (Kafka)",
     )
     group.addoption(
         "--chaos-logs",
@@ -85,11 +94,23 @@ def chaos_logdir(request: pytest.FixtureRequest) -> Path:
     return session
 
 
+def _kafka_only(config: pytest.Config) -> Callable[[Schedule], bool] | None:
+    """What ``--chaos-java`` / ``--chaos-protocol`` ask of a Kafka seed's schedule."""
+    protocol = config.getoption("--chaos-protocol", default=None)
+    java = config.getoption("--chaos-java", default=False)
+    if protocol is None and not java:
+        return None
+    return lambda s: (
+        (protocol is None or s.protocol == protocol) and (not java or bool(s.java_slots))
+    )
+
+
 def _seeds(config: pytest.Config) -> list[int] | None:
     seed = config.getoption("--chaos-seed", default=None)
     count = config.getoption("--chaos-count", default=None)
-    if config.getoption("--chaos-java", default=False):
-        return _mixed_seeds(seed, count or 1)
+    wanted = _kafka_only(config)
+    if wanted is not None:
+        return _kafka_seeds(seed, count or 1, wanted)
     if seed is None and count is None:
         return None
     if seed is None:
@@ -98,14 +119,14 @@ def _seeds(config: pytest.Config) -> list[int] | None:
     return list(range(seed, seed + (count or 1)))
 
 
-def _mixed_seeds(start: int | None, count: int) -> list[int]:
-    """``count`` seeds whose Kafka schedule has Java members: random ones, or the first
-    ones from ``start`` on."""
+def _kafka_seeds(start: int | None, count: int, wanted: Callable[[Schedule], bool]) -> list[int]:
+    """``count`` seeds whose Kafka schedule is ``wanted`` (Java members, a protocol): random
+    ones, or the first ones from ``start`` on."""
     system = random.SystemRandom()
     seeds: list[int] = []
     candidate = start if start is not None else system.randint(1, 999_999)
     while len(seeds) < count:
-        if candidate not in seeds and schedule_for("kafka", candidate).java_slots:
+        if candidate not in seeds and wanted(schedule_for("kafka", candidate)):
             seeds.append(candidate)
         candidate = candidate + 1 if start is not None else system.randint(1, 999_999)
     return seeds
@@ -116,9 +137,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     soak = metafunc.function.__name__ == "test_soak"
     seeds = _seeds(metafunc.config)
-    java = metafunc.config.getoption("--chaos-java", default=False)
+    kafka_only = _kafka_only(metafunc.config) is not None
     if seeds is not None:
-        brokers = ("kafka",) if java else BROKERS
+        brokers = ("kafka",) if kafka_only else BROKERS
         cases = [ChaosCase(b, s, soak) for b in brokers for s in seeds]
     elif soak:
         system = random.SystemRandom()

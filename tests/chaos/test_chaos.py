@@ -3,11 +3,14 @@ processes, and four invariants checked on every run (see ``_runner.py``).
 
 Default run (``python -m pytest tests/chaos``): the fixed cases of
 :func:`~._schedule.default_cases` (Kafka static with a broker restart and a black hole,
-Kafka dynamic with latency, a mixed Java/kgroup cooperative-sticky group on Kafka, tansu
-with a restart, the mock cluster with coordinator moves, broker downs and injected
-errors). ``--chaos-seed N`` replays one seed, ``--chaos-count K`` runs random ones
-(``--chaos-java``: mixed groups only), ``--run-slow`` adds the soak. A failure prints the
-seed, the schedule, a one-line replay command and where the member logs are.
+Kafka dynamic with latency, a mixed Java/kgroup cooperative-sticky group on Kafka, a
+consumer-protocol group of kgroup, Java and confluent members on Kafka, a classic group
+rolled onto the consumer protocol under faults, tansu with a restart, the mock cluster with
+coordinator moves, broker downs and injected errors). ``--chaos-seed N`` replays one seed,
+``--chaos-count K`` runs random ones (``--chaos-java``: mixed groups only;
+``--chaos-protocol consumer|migration``: KIP-848 groups only), ``--run-slow`` adds the
+soak. A failure prints the seed, the schedule, a one-line replay command and where the
+member logs are.
 
 Brokers: a private Kafka (``kafka_broker_factory``, its proxied listener behind a
 :class:`~kgroup.testing.FaultProxy`) and a private tansu (``tansu_broker_factory``) per

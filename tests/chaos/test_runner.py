@@ -1,5 +1,7 @@
 """The runner's invariant checks on hand-made member lines, without a broker: what a mixed
-Java/kgroup group's lines count as, and that a broken ownership feed fails the run.
+Java/kgroup group's lines count as, what a consumer-protocol group's (kgroup, Java and
+confluent members, member epochs) and a migrating group's count as, and that a broken
+ownership feed fails the run.
 
 The last test starts a JavaMember (no broker needed) to check that its stamps are on the
 clock of ``time.monotonic()``; it skips without Java.
@@ -23,19 +25,30 @@ from ._schedule import MemberSpec, Schedule, Step, Timeouts
 TOPIC = "t"
 
 
-def make_runner(tmp_path: Path, partitions: int = 2) -> ChaosRunner:
+def make_runner(
+    tmp_path: Path,
+    partitions: int = 2,
+    *,
+    protocol: str = "classic",
+    members: tuple[MemberSpec, ...] = (
+        MemberSpec("m1", via_proxy=True),
+        MemberSpec("m2", java=True),
+    ),
+) -> ChaosRunner:
     schedule = Schedule(
         seed=1,
         broker="kafka",
         static=False,
-        assignor="cooperative-sticky",
+        assignor="cooperative-sticky" if protocol == "classic" else "range",
         partitions=partitions,
-        members=(MemberSpec("m1", via_proxy=True), MemberSpec("m2", java=True)),
+        members=members,
         timeouts=Timeouts(
             session_ms=6000, heartbeat_ms=500, max_poll_ms=12_000, request_timeout_ms=5000
         ),
         fault_window=20.0,
         steps=(Step.make(1.0, "crash", member="m2"),),
+        protocol=protocol,
+        remote_assignor="" if protocol == "classic" else "uniform",
     )
     runner = ChaosRunner(schedule, Target("kafka", cast(Any, None)), tmp_path, replay="replay")
     runner.topic = TOPIC
@@ -43,16 +56,27 @@ def make_runner(tmp_path: Path, partitions: int = 2) -> ChaosRunner:
     return runner
 
 
-def add(runner: ChaosRunner, slot: str, *, java: bool) -> MemberProc:
+def add(
+    runner: ChaosRunner,
+    slot: str,
+    *,
+    java: bool = False,
+    confluent: bool = False,
+    protocol: str = "classic",
+    name: str | None = None,
+) -> MemberProc:
     spec = runner.schedule.member(slot)
+    name = name or slot
     mp = MemberProc(
-        name=slot,
+        name=name,
         spec=spec,
         proc=cast(Any, None),
-        log_path=runner.workdir / f"{slot}.log",
-        events_path=runner.workdir / f"{slot}.events.jsonl",
+        log_path=runner.workdir / f"{name}.log",
+        events_path=runner.workdir / f"{name}.events.jsonl",
         spawned_at=0.0,
         java=java,
+        confluent=confluent,
+        protocol=protocol,
     )
     runner.procs.append(mp)
     return mp
@@ -67,7 +91,7 @@ def line(event: str, t: float, *partitions: int, **fields: Any) -> dict[str, Any
 
 def exit_cleanly(runner: ChaosRunner, mp: MemberProc, t: float) -> None:
     """The process closed and exited 0 (what _read does at EOF)."""
-    if mp.java:
+    if mp.foreign:
         runner.feed(mp, line("closed", t))
     else:
         runner.feed(mp, line("closed", t, tasks=[], sockets=[], transports=[], warnings=[]))
@@ -197,6 +221,135 @@ def test_stability_counts_the_java_members_assignment(group: Any) -> None:
     assert runner.why_not_stable() is None
     runner.feed(java, line("status", 1.4, generation=3, member_id="j", assignment=tp[0] + tp[1]))
     assert "assigned twice" in str(runner.why_not_stable())
+
+
+# -- consumer-protocol groups (KIP-848) ----------------------------------------------------------
+
+CONSUMER_MEMBERS = (
+    MemberSpec("m1", via_proxy=True),
+    MemberSpec("m2", java=True),
+    MemberSpec("m3", confluent=True),
+)
+
+
+@pytest.fixture
+def consumer_group(
+    tmp_path: Path,
+) -> Iterator[tuple[ChaosRunner, MemberProc, MemberProc, MemberProc]]:
+    """A consumer-protocol group of 4 partitions: kgroup m1, Java m2, confluent m3, ready."""
+    runner = make_runner(tmp_path, 4, protocol="consumer", members=CONSUMER_MEMBERS)
+    kg = add(runner, "m1", protocol="consumer")
+    java = add(runner, "m2", java=True, protocol="consumer")
+    rdk = add(runner, "m3", confluent=True, protocol="consumer")
+    runner.feed(kg, line("ready", 0.0, lease=True, protocol="consumer"))
+    runner.feed(java, line("started", 0.0))
+    runner.feed(rdk, line("started", 0.0, pid=1))
+    yield runner, kg, java, rdk
+    runner._timeline.close()
+
+
+def parts(*partitions: int) -> list[list[Any]]:
+    return [[TOPIC, p] for p in partitions]
+
+
+def test_a_consumer_group_is_stable_with_a_different_epoch_per_member(consumer_group: Any) -> None:
+    """Member epochs differ (7, 3, none reported by librdkafka): no "generations differ";
+    every member settled, the topic covered exactly once, holds agreeing, balanced."""
+    runner, kg, java, rdk = consumer_group
+    runner.feed(kg, line("assigned", 1.0, 0, 1, generation=7))
+    runner.feed(kg, line("status", 1.0, state="STABLE", generation=7, assignment=parts(0, 1)))
+    runner.feed(java, line("assigned", 1.0, 2, generation=3))
+    runner.feed(java, line("status", 1.0, generation=3, member_id="j", assignment=parts(2)))
+    assert runner.why_not_stable() == "m3 (confluent) has not reported an assignment"
+    runner.feed(rdk, line("status", 1.0, member_id="c", assignment=[]))
+    assert "unassigned" in str(runner.why_not_stable())
+    runner.feed(rdk, line("status", 1.1, member_id="c", assignment=parts(3)))
+    assert "held by []" in str(runner.why_not_stable())  # status before the callback's line
+    runner.feed(rdk, line("assigned", 1.1, 3, assignment=parts(3)))
+    assert runner.why_not_stable() is None
+    runner.feed(kg, line("status", 1.2, state="COMPLETING_REBALANCE", generation=8,
+                         assignment=parts(0, 1)))  # fmt: skip
+    assert runner.why_not_stable() == "m1 is COMPLETING_REBALANCE"
+
+
+def test_a_consumer_group_waiting_for_a_members_share_is_not_stable(consumer_group: Any) -> None:
+    """The others' shares still cover the topic while the confluent member waits for its
+    own (a target not reached yet): the imbalance says so."""
+    runner, kg, java, rdk = consumer_group
+    runner.feed(kg, line("assigned", 1.0, 0, 1, 2, generation=4))
+    runner.feed(kg, line("status", 1.0, state="STABLE", generation=4, assignment=parts(0, 1, 2)))
+    runner.feed(java, line("assigned", 1.0, 3, generation=2))
+    runner.feed(java, line("status", 1.0, generation=2, member_id="j", assignment=parts(3)))
+    runner.feed(rdk, line("status", 1.0, member_id="c", assignment=[]))
+    assert str(runner.why_not_stable()).startswith("not balanced yet")
+
+
+def test_a_confluent_hold_overlapping_a_kgroup_hold_fails_invariant_1(consumer_group: Any) -> None:
+    runner, kg, java, rdk = consumer_group
+    runner.feed(rdk, line("assigned", 1.0, 0))
+    runner.feed(kg, line("assigned", 2.0, 0, generation=5))
+    runner.feed(rdk, line("revoked", 3.0, 0))
+    for mp in (kg, java, rdk):
+        exit_cleanly(runner, mp, 6.0)
+    found = failures(runner)
+    assert len(found) == 1 and found[0].startswith("invariant 1: 1 overlapping hold")
+    assert "m3 (confluent) gen -1" in found[0] and "m1 gen 5" in found[0]
+    assert any("confluent 1" in note for note in runner.result.notes)
+
+
+def test_a_confluent_member_expired_by_a_kafka_restart_is_excused_like_java(
+    consumer_group: Any,
+) -> None:
+    runner, kg, java, rdk = consumer_group
+    runner._kafka_restarts.append((5.0, 18.0))
+    runner.feed(rdk, line("assigned", 1.0, 0))
+    runner.feed(kg, line("assigned", 18.5, 0, generation=1))
+    runner.feed(rdk, line("lost", 20.0, 0))
+    for mp in (kg, java, rdk):
+        exit_cleanly(runner, mp, 40.0)
+    assert failures(runner) == []
+    assert runner.result.java_restart_overlaps == 1
+
+
+def test_confluent_errors_and_exit_codes_are_invariants_3_and_4(consumer_group: Any) -> None:
+    runner, kg, java, rdk = consumer_group
+    runner.feed(rdk, line("notice", 1.0, message="broker transport failure", code=-195))
+    runner.feed(rdk, line("error", 1.5, type="KafkaError", message="fenced", code=82))
+    exit_cleanly(runner, rdk, 2.0)
+    rdk.returncode = 1
+    exit_cleanly(runner, kg, 2.0)
+    exit_cleanly(runner, java, 2.0)
+    found = failures(runner)
+    assert [f for f in found if f.startswith("invariant 3")] == [
+        "invariant 3: m3: poll() raised KafkaError: fenced (x1)"
+    ]  # a notice is not an error
+    assert any(f.startswith("invariant 4: m3") and "exit code 1" in f for f in found)
+
+
+def test_a_migrating_group_is_held_to_one_generation_until_a_consumer_member_runs(
+    tmp_path: Path,
+) -> None:
+    """Classic members only: one generation, as in any classic group. Once a rolled member
+    runs the consumer protocol, generations are member epochs: the consumer check."""
+    members = (MemberSpec("m1"), MemberSpec("m2"))
+    runner = make_runner(tmp_path, 2, protocol="migration", members=members)
+    try:
+        m1, m2 = add(runner, "m1"), add(runner, "m2")
+        for mp, p, gen in ((m1, 0, 3), (m2, 1, 4)):
+            runner.feed(mp, line("assigned", 1.0, p, generation=gen))
+            runner.feed(mp, line("status", 1.0, state="STABLE", generation=gen,
+                                 assignment=parts(p)))  # fmt: skip
+        assert "generations differ" in str(runner.why_not_stable())
+        runner.feed(m2, line("revoked", 2.0, 1, generation=4))
+        m2.state = "exited"
+        m2.done.set()
+        rolled = add(runner, "m2", protocol="consumer", name="m2.2")
+        runner.feed(rolled, line("assigned", 3.0, 1, generation=5))
+        runner.feed(rolled, line("status", 3.0, state="STABLE", generation=5,
+                                 assignment=parts(1)))  # fmt: skip
+        assert runner.why_not_stable() is None  # m1 gen 3 (classic), m2.2 epoch 5
+    finally:
+        runner._timeline.close()
 
 
 def _java_available() -> bool:

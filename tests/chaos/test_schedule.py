@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from ._protocols import MIGRATION_ASSIGNORS, ROLL_BUSY
 from ._runner import stable_bound
 from ._schedule import (
     ASSIGNORS,
@@ -20,13 +21,16 @@ from ._schedule import (
     JAVA_ASSIGNORS,
     JAVA_FAULTS,
     MIXED_PROBABILITY,
+    PROTOCOLS,
     PROXY_FAULTS,
+    REMOTE_ASSIGNORS,
     WEIGHTS,
     Schedule,
     Step,
     assignors_for,
     default_cases,
     make_schedule,
+    protocol_for,
     schedule_for,
 )
 
@@ -66,12 +70,36 @@ def test_parameters_are_validated() -> None:
         make_schedule(
             1, broker="kafka", members=3, static=False, assignor="upgrade-2", java_members=1
         )
+    with pytest.raises(ValueError, match="protocol must be"):
+        make_schedule(1, broker="kafka", members=3, static=False, protocol="eager")
+    with pytest.raises(ValueError, match="Kafka only"):
+        make_schedule(1, broker="tansu", members=3, static=False, protocol="consumer")
+    with pytest.raises(ValueError, match="consumer protocol"):
+        make_schedule(1, broker="kafka", members=3, static=False, confluent_members=1)
+    with pytest.raises(ValueError, match="remote_assignor"):
+        make_schedule(
+            1, broker="kafka", members=3, static=False, protocol="consumer", assignor="sticky"
+        )
+    with pytest.raises(ValueError, match="kgroup-only"):
+        make_schedule(
+            1, broker="kafka", members=3, static=False, protocol="migration",
+            remote_assignor="uniform", java_members=1,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="migration starts"):
+        make_schedule(
+            1, broker="kafka", members=3, static=False, protocol="migration",
+            assignor="upgrade-1", remote_assignor="uniform",
+        )  # fmt: skip
 
 
 def test_the_assignor_is_a_parameter() -> None:
     schedule = make_schedule(3, broker="mock", members=3, static=False, assignor="cooperative")
     assert schedule.assignor == "cooperative"
-    assert {schedule_for("kafka", s).assignor for s in range(1, 80)} == set(ASSIGNORS)
+    classic = [s for s in map(functools.partial(schedule_for, "kafka"), range(1, 120))]
+    assert {s.assignor for s in classic if s.protocol == "classic"} == set(ASSIGNORS)
+    # a consumer-protocol schedule's assignor is the broker's; a migration names both
+    assert {s.assignor for s in classic if s.protocol == "consumer"} == set(REMOTE_ASSIGNORS)
+    assert {s.assignor for s in classic if s.protocol == "migration"} == set(MIGRATION_ASSIGNORS)
 
 
 def test_an_upgrade_never_mixes_the_first_list_with_the_last() -> None:
@@ -93,7 +121,8 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
         assert 3 <= len(s.members) <= 8
         if broker == "tansu":
             assert not s.static, "tansu stalls static groups (schedule_for)"
-        assert all(k in WEIGHTS[broker] for k in s.kinds()), "a fault of another broker"
+        allowed = set(WEIGHTS[broker]) | ({"roll"} if s.protocol == "migration" else set())
+        assert s.kinds() <= allowed, "a fault of another broker or protocol"
         assert list(s.steps) == sorted(s.steps, key=lambda st: st.at)
         # every fault starts and ends inside the window
         assert all(0 <= st.at and st.end <= s.fault_window for st in s.steps)
@@ -110,7 +139,8 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
         bound, terms = stable_bound(s)
         assert bound == pytest.approx(sum(v for _, v in terms))
         assert bound > s.timeouts.session + s.timeouts.max_poll_ms / 1000
-    assert seen == set(WEIGHTS[broker]), f"kinds never drawn: {set(WEIGHTS[broker]) - seen}"
+    every = set(WEIGHTS[broker]) | ({"roll"} if broker == "kafka" else set())
+    assert seen == every, f"kinds never drawn: {every - seen}"
 
 
 @pytest.mark.parametrize("static", [False, True])
@@ -152,12 +182,14 @@ def test_mixed_groups_keep_java_members_to_the_faults_they_survive(static: bool)
 
 
 def test_schedule_for_draws_mixed_groups_on_kafka_cooperative_sticky_only() -> None:
-    mixed = [s for s in (schedule_for("kafka", seed) for seed in range(1, 600)) if s.java_slots]
-    coop = [
+    """Classic mixed groups (consumer-protocol ones: see the KIP-848 tests below)."""
+    classic = [
         s
-        for seed in range(1, 600)
-        if (s := schedule_for("kafka", seed)).assignor == ("cooperative-sticky")
+        for s in (schedule_for("kafka", seed) for seed in range(1, 900))
+        if s.protocol == "classic"
     ]
+    mixed = [s for s in classic if s.java_slots]
+    coop = [s for s in classic if s.assignor == "cooperative-sticky"]
     assert mixed and all(s.assignor == "cooperative-sticky" for s in mixed)
     assert 0.3 < len(mixed) / len(coop) < 0.7, MIXED_PROBABILITY
     assert all(1 <= len(s.java_slots) <= len(s.members) // 2 for s in mixed)
@@ -170,13 +202,24 @@ def test_schedule_for_draws_mixed_groups_on_kafka_cooperative_sticky_only() -> N
 
 def _check_member_timeline(s: Schedule) -> None:
     """Crash, pause and leave hit running, unpaused members; rejoin only fills a slot that
-    is down; at least one member is always left; a Java slot only gets JAVA_FAULTS."""
+    is down; at least one member is always left; a Java or confluent slot only gets
+    JAVA_FAULTS, and in a static consumer-protocol group rejoins a session timeout after it
+    crashed at the earliest (its instance id is not released before); a roll hits a running
+    slot not rolled yet, which is then left alone for ROLL_BUSY seconds."""
     alive = {m.slot: True for m in s.members}
+    rejoin_at = {m.slot: 0.0 for m in s.members}
     paused_until = {m.slot: 0.0 for m in s.members}
+    rolled: set[str] = set()
     for step in s.steps:
         slot = step.member
-        assert slot not in s.java_slots or step.kind in JAVA_FAULTS, step
-        if step.kind in ("crash", "leave", "pause"):
+        assert slot not in s.foreign_slots or step.kind in JAVA_FAULTS, step
+        if step.kind == "roll":
+            assert s.protocol == "migration", step
+            assert slot is not None and alive[slot] and paused_until[slot] <= step.at, step
+            assert slot not in rolled, f"{slot} rolled twice"
+            rolled.add(slot)
+            paused_until[slot] = step.at + ROLL_BUSY
+        elif step.kind in ("crash", "leave", "pause"):
             assert slot is not None and alive[slot] and paused_until[slot] <= step.at, step
             if step.kind == "pause":
                 assert step.duration > s.timeouts.session, "a pause outlasts the session"
@@ -184,9 +227,15 @@ def _check_member_timeline(s: Schedule) -> None:
             else:
                 alive[slot] = False
                 assert any(alive.values()), "the last member went away"
+                spec = s.member(slot)
+                late = step.kind == "crash" and spec.foreign and s.static
+                late = late and s.protocol == "consumer"
+                rejoin_at[slot] = step.at + (s.timeouts.session + 1.0 if late else 0.5)
         elif step.kind == "rejoin":
             assert slot is not None and not alive[slot], step
+            assert step.at >= rejoin_at[slot] - 1e-6, f"{step}: before {rejoin_at[slot]}"
             alive[slot] = True
+            rolled.add(slot)  # a migration's new process runs the consumer protocol
 
 
 def _check_exclusive(s: Schedule, kinds: tuple[str, ...]) -> None:
@@ -214,6 +263,10 @@ def test_default_cases_cover_every_fault_kind_and_both_memberships() -> None:
     assert all(len(s.members) <= 5 for s in schedules)
     assert {s.assignor for s in schedules} >= {"cooperative-sticky", "upgrade-2"}
     assert any(s.java_slots for s in schedules), "a mixed Java/kgroup group"
+    consumer = [s for s in schedules if s.protocol == "consumer"]
+    assert any(s.java_slots and s.confluent_slots for s in consumer), "kgroup + Java + confluent"
+    assert any(s.protocol == "migration" for s in schedules)
+    assert sum(s.protocol != "classic" for s in schedules) == 2, "two cases: the time budget"
     assert any(s.assignor == "cooperative-sticky" and not s.java_slots for s in schedules)
     covered = set().union(*(s.kinds() for s in schedules))
     assert covered == set(FAULT_KINDS)
@@ -228,3 +281,65 @@ def test_printable() -> None:
     assert s.label in text and "session 6000 ms" in text
     assert all(str(step) in text for step in s.steps)
     assert str(Step.make(1.5, "crash", member="m2")) == "+  1.50s  crash            member=m2"
+
+
+# -- the group protocol (KIP-848) --------------------------------------------------------------
+
+
+def test_the_protocol_is_drawn_on_kafka_only_and_classic_seeds_keep_their_schedule() -> None:
+    kafka = [schedule_for("kafka", seed) for seed in range(1, 600)]
+    share = {p: sum(s.protocol == p for s in kafka) / len(kafka) for p in PROTOCOLS}
+    assert 0.17 < share["consumer"] < 0.33 and 0.05 < share["migration"] < 0.16, share
+    for broker in ("tansu", "mock"):
+        assert {schedule_for(broker, seed).protocol for seed in SEEDS} == {"classic"}
+    for s in kafka:
+        assert Schedule.from_json(s.dumps()) == s
+        assert (s.remote_assignor == "") == (s.protocol == "classic")
+        if s.protocol == "classic":
+            # the protocol draw changed nothing else: the same schedule as before
+            assert s == make_schedule(
+                s.seed, broker="kafka", members=len(s.members), static=s.static,
+                assignor=s.assignor, java_members=len(s.java_slots),
+            )  # fmt: skip
+            assert "consumer" not in s.label and "migration" not in s.label
+
+
+def test_consumer_protocol_groups_mix_three_clients_on_the_java_slots_rules() -> None:
+    consumer = [s for s in map(functools.partial(schedule_for, "kafka"), SEEDS)]
+    consumer = [s for s in consumer if s.protocol == "consumer"]
+    assert consumer and all(s.assignor == s.remote_assignor for s in consumer)
+    assert {s.remote_assignor for s in consumer} == set(REMOTE_ASSIGNORS)
+    assert any(s.java_slots and s.confluent_slots for s in consumer)
+    assert any(not s.foreign_slots for s in consumer), "kgroup-only consumer groups too"
+    assert {s.static for s in consumer} == {True, False}
+    for s in consumer:
+        assert "roll" not in s.kinds()
+        assert len(s.foreign_slots) <= len(s.members) // 2
+        assert not (set(s.java_slots) & set(s.confluent_slots))
+        assert all(not m.via_proxy for m in s.members if m.foreign), "foreign slots are direct"
+        assert any(m.via_proxy for m in s.members if not m.foreign)
+        label = s.label
+        assert label.startswith(f"kafka-consumer-{'static' if s.static else 'dynamic'}-")
+        if s.confluent_slots:
+            assert f"{len(s.confluent_slots)}confluent" in label and ":confluent" in str(s)
+        _check_member_timeline(s)
+
+
+def test_a_migration_rolls_kgroup_slots_one_by_one() -> None:
+    migrations = [s for s in map(functools.partial(schedule_for, "kafka"), range(1, 600))]
+    migrations = [s for s in migrations if s.protocol == "migration"]
+    every_slot = 0
+    for s in migrations:
+        assert not s.foreign_slots and 3 <= len(s.members) <= 5
+        assert s.assignor in MIGRATION_ASSIGNORS and s.remote_assignor in REMOTE_ASSIGNORS
+        assert f"{s.assignor}-to-{s.remote_assignor}" in s.label
+        rolls = [st for st in s.steps if st.kind == "roll"]
+        assert rolls, "a migration without a roll"
+        # one at a time: a roll starts after the previous one's busy time
+        assert all(b.at - a.at >= 1.0 for a, b in itertools.pairwise(rolls))
+        moved = {st.member for st in s.steps if st.kind in ("roll", "rejoin")}
+        every_slot += moved == {m.slot for m in s.members}
+        _check_member_timeline(s)
+    assert every_slot / len(migrations) > 0.4, "most migrations move every slot"
+    assert [protocol_for("migration", n) for n in (1, 2, 3)] == ["classic", "consumer", "consumer"]
+    assert protocol_for("consumer", 1) == "consumer" and protocol_for("classic", 4) == "classic"

@@ -1,0 +1,153 @@
+"""The chaos runner's part for KIP-848's consumer protocol (``_runner.py`` uses it).
+
+- :func:`group_setup`: before any member joins, the consumer-protocol group gets the
+  schedule's session and heartbeat interval as group configs (Kafka's own default session
+  is 45 s; the broker's interval is already 500 ms on the test broker).
+- :func:`confluent_argv`: a confluent-kafka member process (``_confluent_proc.py``).
+- :func:`java_protocol_args`: what a Java member on the consumer protocol is told on top.
+- :func:`why_not_stable_consumer`: invariant 2 for a group in which consumer-protocol members
+  run. Under KIP-848 a member's "generation" is its own member epoch, so "every live member
+  in one generation" cannot hold; instead every live member must have settled (a kgroup
+  member STABLE: it reconciled to its target and acknowledged it; a Java or confluent member
+  has reported its assignment), the assignments must cover every partition exactly once and
+  agree with the listeners' holds, and they must be balanced (sizes differing by at most
+  one): the broker's assignors (``uniform``, ``range``) balance one topic among members that
+  all subscribe to it, so a member still waiting for its share shows as an imbalance while
+  the others' shares still cover the topic.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from kgroup import TopicPartition
+from kgroup.testing import set_consumer_group_timeouts
+
+from ._schedule import MemberSpec, Schedule
+
+__all__ = [
+    "CONFLUENT_SCRIPT",
+    "confluent_argv",
+    "group_setup",
+    "java_protocol_args",
+    "why_not_stable_consumer",
+]
+
+CONFLUENT_SCRIPT = Path(__file__).with_name("_confluent_proc.py")
+
+
+class _Member(Protocol):
+    """What the stability check reads of a member process (``_runner.MemberProc``)."""
+
+    name: str
+    status: dict[str, Any] | None
+
+    @property
+    def foreign(self) -> bool: ...
+
+
+async def group_setup(schedule: Schedule, bootstrap: str, group: str) -> str | None:
+    """Give a consumer-protocol (or migrating) group the schedule's session timeout and
+    heartbeat interval before its members join; what was done, or None for a classic
+    schedule."""
+    if schedule.protocol == "classic":
+        return None
+    t = schedule.timeouts
+    await set_consumer_group_timeouts(
+        bootstrap, group, session_timeout_ms=t.session_ms, heartbeat_interval_ms=t.heartbeat_ms
+    )
+    return (
+        f"group configs: consumer.session.timeout.ms={t.session_ms}, "
+        f"consumer.heartbeat.interval.ms={t.heartbeat_ms}"
+    )
+
+
+def confluent_argv(
+    schedule: Schedule, spec: MemberSpec, name: str, bootstrap: str, group: str, topic: str
+) -> list[str]:
+    """The command line of a confluent-kafka member in ``spec``'s slot, configured like the
+    kgroup members (max poll, request timeout, backoffs, the broker's assignor)."""
+    t = schedule.timeouts
+    return [
+        sys.executable,
+        str(CONFLUENT_SCRIPT),
+        "--bootstrap",
+        bootstrap,
+        "--group",
+        group,
+        "--topic",
+        topic,
+        "--name",
+        name,
+        "--instance-id",
+        spec.instance_id or "",
+        "--remote-assignor",
+        schedule.remote_assignor,
+        "--max-poll-ms",
+        str(t.max_poll_ms),
+        "--request-timeout-ms",
+        str(t.request_timeout_ms),
+        "--retry-backoff-ms",
+        str(t.retry_backoff_ms),
+        "--retry-backoff-max-ms",
+        str(t.retry_backoff_max_ms),
+        "--revoke-work",
+        str(schedule.revoke_work),
+    ]
+
+
+def java_protocol_args(schedule: Schedule) -> list[str]:
+    """JavaMember's options for the schedule's protocol: none for a classic group; the
+    consumer protocol and the broker's assignor otherwise (JavaMember then leaves out the
+    session, heartbeat and assignor settings, which the consumer protocol refuses)."""
+    if schedule.protocol != "consumer":
+        return []
+    return [
+        "--protocol",
+        "consumer",
+        "--property",
+        f"group.remote.assignor={schedule.remote_assignor}",
+    ]
+
+
+def why_not_stable_consumer(
+    live: Sequence[_Member],
+    partitions: Iterable[TopicPartition],
+    holders: Mapping[TopicPartition, list[str]],
+    client: Mapping[str, str],
+) -> str | None:
+    """None when a group with consumer-protocol members is stable (see the module's
+    docstring), otherwise why not. ``client`` names each member's client for the message."""
+    if not live:
+        return "no live member"
+    for p in live:
+        if p.foreign:
+            if p.status is None:
+                return f"{p.name} ({client[p.name]}) has not reported an assignment"
+        elif p.status is None or p.status.get("state") != "STABLE":
+            state = None if p.status is None else p.status.get("state")
+            return f"{p.name} is {state}"
+    owners: dict[TopicPartition, list[str]] = {}
+    sizes: dict[str, int] = {}
+    for p in live:
+        assert p.status is not None
+        assignment = p.status.get("assignment", [])
+        sizes[p.name] = len(assignment)
+        for topic, partition in assignment:
+            owners.setdefault(TopicPartition(topic, partition), []).append(p.name)
+    wanted = frozenset(partitions)
+    missing = sorted(str(tp) for tp in wanted - owners.keys())
+    if missing:
+        return f"unassigned: {missing}"
+    doubled = {str(tp): who for tp, who in owners.items() if len(who) > 1}
+    if doubled:
+        return f"assigned twice: {doubled}"
+    if max(sizes.values()) - min(sizes.values()) > 1:
+        return f"not balanced yet (partitions per member): {sizes}"
+    for tp in sorted(wanted):
+        if holders.get(tp, []) != owners[tp]:
+            return f"{tp}: held by {holders.get(tp, [])}, assigned to {owners[tp]}"
+    return None

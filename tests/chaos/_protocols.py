@@ -1,0 +1,122 @@
+"""The group-protocol dimension of the chaos schedules (KIP-848), for ``_schedule.py``.
+
+On Kafka a schedule runs the classic protocol, the consumer protocol (kgroup members,
+possibly beside Kafka's Java consumer and confluent-kafka, all on the consumer protocol), or
+a migration: a classic group of kgroup members rolled onto the consumer protocol while the
+faults run. Here: the names, the shares :func:`protocol_params` draws them with, the
+validation of :func:`~._schedule.make_schedule`'s protocol parameters, and which protocol a
+slot's process runs (:func:`protocol_for`).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+__all__ = [
+    "CONSUMER_PROBABILITY",
+    "FOREIGN_PROBABILITY",
+    "MIGRATION_ASSIGNORS",
+    "MIGRATION_PROBABILITY",
+    "PROTOCOLS",
+    "REMOTE_ASSIGNORS",
+    "ROLL_BUSY",
+    "ROLL_WEIGHT",
+    "check_protocol",
+    "protocol_for",
+    "protocol_params",
+]
+
+#: ``Schedule.protocol``: the classic protocol, KIP-848's consumer protocol, or a classic
+#: group rolled onto the consumer protocol under faults.
+PROTOCOLS = ("classic", "consumer", "migration")
+#: The broker's assignors a consumer-protocol member may name (``group_remote_assignor``).
+REMOTE_ASSIGNORS = ("uniform", "range")
+#: The classic assignors a migration starts from (what the group runs before its roll).
+MIGRATION_ASSIGNORS = ("range", "cooperative-sticky")
+#: ``schedule_for`` on Kafka: how likely a seed runs the consumer protocol, and a migration
+#: (drawn from a generator of their own, so that a classic seed keeps its schedule).
+CONSUMER_PROBABILITY = 0.25
+MIGRATION_PROBABILITY = 0.1
+#: ``schedule_for``: how likely a consumer-protocol schedule has Java or confluent members.
+FOREIGN_PROBABILITY = 0.6
+#: The weight of a ``roll`` in a migration schedule (high: every slot should be rolled
+#: within the window), and the seconds a rolled slot is left alone (its close, the new
+#: process's start) before another member fault may hit it.
+ROLL_WEIGHT = 10.0
+ROLL_BUSY = 4.0
+
+
+def protocol_for(protocol: str, incarnation: int) -> str:
+    """The ``group_protocol`` of a slot's ``incarnation``-th process (1 = the first): the
+    schedule's, or for a migration ``classic`` for the first process and ``consumer`` for
+    every later one (a roll or a rejoin)."""
+    if protocol == "migration":
+        return "classic" if incarnation == 1 else "consumer"
+    return protocol
+
+
+def check_protocol(
+    broker: str,
+    protocol: str,
+    assignor: str,
+    remote_assignor: str,
+    java_members: int,
+    confluent_members: int,
+) -> str:
+    """Validate the protocol parameters of :func:`make_schedule`; the remote assignor."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {PROTOCOLS}, not {protocol!r}")
+    if protocol == "classic":
+        if remote_assignor or confluent_members:
+            raise ValueError("remote_assignor and confluent members need the consumer protocol")
+        return ""
+    if broker != "kafka":
+        raise ValueError(f"the {protocol} protocol runs on Kafka only, not on {broker}")
+    if protocol == "consumer":
+        remote_assignor = remote_assignor or assignor
+        if assignor != remote_assignor:
+            raise ValueError("a consumer-protocol schedule's assignor is its remote assignor")
+    elif java_members or confluent_members:
+        raise ValueError("a migration rolls a kgroup-only group")
+    elif assignor not in MIGRATION_ASSIGNORS:
+        raise ValueError(f"a migration starts from one of {MIGRATION_ASSIGNORS}")
+    if remote_assignor not in REMOTE_ASSIGNORS:
+        raise ValueError(f"remote_assignor must be one of {REMOTE_ASSIGNORS}")
+    return remote_assignor
+
+
+def protocol_params(seed: int, members: int) -> dict[str, Any]:
+    """A Kafka seed's group protocol (:data:`CONSUMER_PROBABILITY`,
+    :data:`MIGRATION_PROBABILITY`) and what comes with it, from a generator of its own, so
+    that a seed that stays classic keeps the schedule it had (the classic default cases
+    among them: they all draw classic here). A consumer-protocol group draws its broker
+    assignor and, with :data:`FOREIGN_PROBABILITY`, Java and confluent members (together 1
+    to half of the slots); a migration 3 to 5 slots (so that most are rolled inside the
+    window), its classic assignor and the broker's. Both replace the classic draws
+    (assignor, Java members)."""
+    rng = random.Random(f"protocol:kafka:{seed}")
+    draw = rng.random()
+    if draw < CONSUMER_PROBABILITY:
+        remote = rng.choice(REMOTE_ASSIGNORS)
+        params: dict[str, Any] = {
+            "protocol": "consumer",
+            "assignor": remote,
+            "remote_assignor": remote,
+            "java_members": 0,
+            "confluent_members": 0,
+        }
+        if rng.random() < FOREIGN_PROBABILITY:
+            foreign = rng.randint(1, members // 2)
+            params["java_members"] = rng.randint(0, foreign)
+            params["confluent_members"] = foreign - params["java_members"]
+        return params
+    if draw < CONSUMER_PROBABILITY + MIGRATION_PROBABILITY:
+        return {
+            "protocol": "migration",
+            "members": min(members, rng.randint(3, 5)),
+            "assignor": rng.choice(MIGRATION_ASSIGNORS),
+            "remote_assignor": rng.choice(REMOTE_ASSIGNORS),
+            "java_members": 0,
+        }
+    return {}
