@@ -403,16 +403,22 @@ class HeartbeatDriver(ConsumerMemberBase):
             target = frozenset(
                 IdPartition(t.topic_id, p) for t in resp.assignment for p in t.partitions
             )
+            # The broker counts as the member's what it last assigned it, installed or not
+            # (Kafka's CurrentAssignmentBuilder): a target that drops any of it starts the
+            # broker's revocation deadline, even for partitions the member never installed.
+            held = self.owned | (self.target or frozenset())
             if target != self.target:
                 self.target = target
                 self._emit("member.assignment_received", partitions=len(target))
-            if self.owned - target and self._revoke_deadline is None:
+            if held - target and self._revoke_deadline is None:
                 self._revoke_deadline = sent.sent_at + self.settings.rebalance_timeout_ms
-        if self.target is not None and not (fields.owned | self.owned) - self.target:
-            # This answered heartbeat told the broker the member owns nothing it must
-            # revoke, and it owns nothing more since (a reconciliation of an older target
-            # may have installed some after the heartbeat was sent): the revocation
-            # deadline no longer applies.
+        reported = sent.request.topic_partitions is not None
+        if self.target is not None and reported and not (fields.owned | self.owned) - self.target:
+            # This answered heartbeat carried the member's partitions, none outside the
+            # target, and it owns nothing more since (a reconciliation of an older target
+            # may have installed some after the heartbeat was sent): the broker has moved
+            # the member past the revocation, whose deadline no longer applies. Kafka does
+            # so only on a heartbeat that carries them (one without keeps it waiting).
             self._revoke_deadline = None
         if self.state in (S.JOINING, S.STABLE) and self._needs_reconciliation():
             self._set_state(S.RECONCILING, "new target assignment")

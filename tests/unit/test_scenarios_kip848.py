@@ -860,3 +860,46 @@ def test_revocation_deadline_kept_for_partitions_installed_after_the_heartbeat()
     assert h.m.owned == {IdPartition(T1, 0), IdPartition(T1, 1)}
     h.answer(before, epoch=5, assigned=assignment((T1, (0,))))  # revoke t1-1
     assert h.m.valid_until == before.sent_at + 6_000
+
+
+def test_revocation_deadline_for_partitions_assigned_but_not_yet_installed() -> None:
+    """Simulation seed 8940 (found with the pickup heartbeats): a target arrives, the
+    member has not reconciled it yet, and the next answer drops one of its partitions.
+    Kafka counts what it assigned as the member's, installed or not, and waits for a
+    heartbeat carrying the member's partitions without it, until the rebalance timeout;
+    heartbeats without partitions do not end that wait. The lease ends at that deadline
+    unless the acknowledgement is answered first."""
+    h = Harness(settings={"max_poll_interval_ms": 6_000, "session_timeout_ms": 20_000})
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=5, assigned=assignment((T1, (0,))), interval=500)
+    h.poll()
+    ack = h.send()
+    h.at(10)
+    h.answer(ack, epoch=5, interval=500)
+
+    def beat() -> SendConsumerHeartbeat:
+        action = h.hb()
+        assert isinstance(action, HeartbeatWait)
+        h.at(action.until)
+        sent = h.send()
+        assert sent.request.topic_partitions is None
+        h.at(h.now + 5)
+        return sent
+
+    h.answer(beat(), epoch=6, assigned=assignment((T1, (0, 1, 2))), interval=500)
+    second = beat()
+    h.answer(second, epoch=7, assigned=assignment((T1, (0, 1))), interval=500)  # drops t1-2
+    assert h.m.owned == {IdPartition(T1, 0)}
+    h.m.polled(h.now)  # the application is in poll(), its callbacks not run yet
+    assert h.m.valid_until == second.sent_at + 6_000  # the broker's revocation deadline
+    h.answer(beat(), epoch=7, interval=500)  # a heartbeat without partitions...
+    assert h.m.valid_until == second.sent_at + 6_000  # ...does not end it
+    h.poll()  # reconciles t1-0, t1-1; the acknowledgement carries them
+    assert h.m.owned == {IdPartition(T1, 0), IdPartition(T1, 1)}
+    done = h.send()
+    assert done.request.topic_partitions == assignment((T1, (0, 1)))
+    h.at(h.now + 5)
+    h.answer(done, epoch=7, interval=500)
+    until = h.m.valid_until
+    assert until is not None and until > second.sent_at + 6_000
