@@ -34,3 +34,12 @@ async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
         yield seen
     finally:
         loop.set_exception_handler(previous)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``make test`` runs the chaos suite beside the unit tests and the simulation, on two
+    pytest-xdist workers (``--dist loadgroup``): the chaos schedules, which start private
+    brokers and member processes and wait on them, go one after another on one worker."""
+    for item in items:
+        if "chaos" in item.path.parts and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("chaos"))

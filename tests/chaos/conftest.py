@@ -45,6 +45,14 @@ from ._schedule import BROKERS, Schedule, default_cases, schedule_for
 _MARKS = {"kafka": pytest.mark.kafka, "tansu": pytest.mark.tansu, "mock": pytest.mark.mock_cluster}
 
 
+def _random() -> random.Random:
+    """Where random seeds come from: the system's, except under pytest-xdist (``make test``
+    runs the chaos suite on a worker of its own), whose workers must all collect the same
+    tests: there a generator seeded with the run's id, the same in every worker."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    return random.Random(run) if run else random.SystemRandom()
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("kgroup-chaos", "kgroup chaos suite")
     group.addoption("--chaos-seed", type=int, default=None, help="replay this chaos seed")
@@ -114,7 +122,7 @@ def _seeds(config: pytest.Config) -> list[int] | None:
     if seed is None and count is None:
         return None
     if seed is None:
-        system = random.SystemRandom()
+        system = _random()
         return [system.randint(1, 999_999) for _ in range(count)]
     return list(range(seed, seed + (count or 1)))
 
@@ -122,7 +130,7 @@ def _seeds(config: pytest.Config) -> list[int] | None:
 def _kafka_seeds(start: int | None, count: int, wanted: Callable[[Schedule], bool]) -> list[int]:
     """``count`` seeds whose Kafka schedule is ``wanted`` (Java members, a protocol): random
     ones, or the first ones from ``start`` on."""
-    system = random.SystemRandom()
+    system = _random()
     seeds: list[int] = []
     candidate = start if start is not None else system.randint(1, 999_999)
     while len(seeds) < count:
@@ -142,7 +150,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         brokers = ("kafka",) if kafka_only else BROKERS
         cases = [ChaosCase(b, s, soak) for b in brokers for s in seeds]
     elif soak:
-        system = random.SystemRandom()
+        system = _random()
         cases = [ChaosCase(b, system.randint(1, 999_999), True) for b in BROKERS]
     else:
         cases = [ChaosCase(b, s) for b, s in default_cases()]
@@ -168,21 +176,40 @@ def chaos_totals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Totals]:
     path.write_text(json.dumps(TOTALS.to_json(), indent=2) + "\n")
 
 
+def _workers_totals(config: pytest.Config) -> Totals:
+    """Under pytest-xdist the schedules ran in the workers: their totals, read back from
+    the ``chaos-totals.json`` each worker wrote in its base temp directory."""
+    merged = Totals()
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None or hasattr(config, "workerinput"):
+        return merged
+    for path in sorted(factory.getbasetemp().glob("*/chaos-totals.json")):
+        data = json.loads(path.read_text())
+        merged.schedules.update(data["schedules"])
+        merged.faults.update(data["faults"])
+        merged.lines += data["runs"]
+        merged.failed += data["failed"]
+        merged.stalled += data["broker_stalled"]
+        merged.notes += data["notes"]
+    return merged
+
+
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    if not TOTALS.lines:
+    totals = TOTALS if TOTALS.lines else _workers_totals(config)
+    if not totals.lines:
         return
     tr = terminalreporter
     tr.section("kgroup chaos")
-    for line in TOTALS.lines:
+    for line in totals.lines:
         tr.write_line(line)
-    data = TOTALS.to_json()
-    per_broker = ", ".join(f"{b} {n}" for b, n in sorted(TOTALS.schedules.items()))
+    data = totals.to_json()
+    per_broker = ", ".join(f"{b} {n}" for b, n in sorted(totals.schedules.items()))
     tr.write_line(f"schedules: {data['schedules_total']} ({per_broker})")
-    faults = ", ".join(f"{k} {v}" for k, v in sorted(TOTALS.faults.items()))
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(totals.faults.items()))
     tr.write_line(f"faults injected: {data['faults_total']} ({faults})")
-    for line in TOTALS.failed:
+    for line in totals.failed:
         tr.write_line(f"FAILED {line}")
-    for line in TOTALS.notes:
+    for line in totals.notes:
         tr.write_line(f"note: {line}")
-    for line in TOTALS.stalled:
+    for line in totals.stalled:
         tr.write_line(f"broker stalled (not counted against kgroup) {line}")
