@@ -198,7 +198,7 @@ class HeartbeatDriver(ConsumerMemberBase):
             topic_regex=self.topic_regex or "",
             server_assignor=st.server_assignor,
             rack_id=st.rack_id,
-            owned=self.owned if self.member_epoch > 0 else frozenset(),
+            owned=self._reported_owned() if self.member_epoch > 0 else frozenset(),
         )
         if leave:
             req = ConsumerGroupHeartbeatRequest(
@@ -235,6 +235,16 @@ class HeartbeatDriver(ConsumerMemberBase):
             ),
         )
         return req, fields
+
+    def _reported_owned(self) -> frozenset[IdPartition]:
+        """The partitions a heartbeat reports: what the member owns, and while a
+        reconciliation runs, also what it is installing (its assign callback may have
+        started, so the member holds them). Reporting less would tell the broker the member
+        released a partition it is taking up (a newer target may have dropped it meanwhile),
+        and the broker would give it to another member at once."""
+        if self._reconciling is None:
+            return self.owned
+        return self.owned | self._reconciling.owned_after
 
     def subscribe(self, topics: tuple[str, ...], topic_regex: str | None, now: float) -> bool:
         """Change the subscription (names, or a broker-side regex); the next heartbeat,

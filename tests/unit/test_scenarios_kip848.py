@@ -903,3 +903,52 @@ def test_revocation_deadline_for_partitions_assigned_but_not_yet_installed() -> 
     h.answer(done, epoch=7, interval=500)
     until = h.m.valid_until
     assert until is not None and until > second.sent_at + 6_000
+
+
+def test_a_heartbeat_during_a_reconciliation_reports_what_is_being_installed() -> None:
+    """Simulation seed 3464: while the assign callback for t1-2 runs, a newer target drops
+    t1-2, and a full heartbeat (after NOT_COORDINATOR) reports the member's partitions.
+    Reporting only what was installed before would tell the broker t1-2 is released, and
+    it would hand it to another member while the callback still runs: the report includes
+    what the reconciliation installs, and the revocation deadline stays."""
+    h = Harness(settings={"max_poll_interval_ms": 10_000, "session_timeout_ms": 20_000})
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=5, assigned=assignment((T1, (0,))), interval=500)
+    h.poll()
+    h.at(10)
+    h.answer(h.send(), epoch=5, interval=500)
+    action = h.hb()
+    assert isinstance(action, HeartbeatWait)
+    h.at(action.until)
+    h.answer(h.send(), epoch=6, assigned=assignment((T1, (0, 2))), interval=500)
+    h.m.polled(h.now)
+    installing = h.m.poll_action(h.now)  # the assign callback for t1-2 starts...
+    assert isinstance(installing, Reconcile) and installing.assigned == tp("t1", 2)
+    action = h.hb()
+    assert isinstance(action, HeartbeatWait)
+    h.at(action.until)
+    beat = h.send()
+    assert beat.request.topic_partitions == assignment((T1, (0, 2)))  # reported at once
+    h.at(h.now + 5)
+    h.answer(beat, epoch=7, assigned=assignment((T1, (0,))))  # a newer target drops t1-2
+    deadline = beat.sent_at + 10_000
+    h.m.polled(h.now)  # (keeps the poll deadline beyond the revocation deadline)
+    assert h.m.valid_until == deadline
+    action = h.hb()
+    assert isinstance(action, HeartbeatWait)
+    h.at(action.until)
+    failed = h.send()
+    h.m.on_heartbeat_failed(failed, h.now + 5, "NOT_COORDINATOR", disconnected=True)
+    h.at(h.now + 5)
+    h.found()
+    h.m.polled(h.now)
+    retry = h.hb()
+    assert isinstance(retry, HeartbeatWait)  # the backoff
+    h.at(retry.until)
+    full = h.send()  # full after the error: t1-2 is still reported, being installed
+    assert full.request.topic_partitions == assignment((T1, (0, 2)))
+    h.at(h.now + 5)
+    h.answer(full, epoch=7)
+    h.m.polled(h.now)
+    assert h.m.valid_until == deadline  # the broker still waits for t1-2's revocation
