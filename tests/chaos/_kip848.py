@@ -65,6 +65,20 @@ async def group_setup(schedule: Schedule, bootstrap: str, group: str) -> str | N
     )
 
 
+def timing_flags(t: Any) -> list[str]:
+    """The schedule's client timings every member process takes alike (``Timeouts``)."""
+    return [
+        "--max-poll-ms",
+        str(t.max_poll_ms),
+        "--request-timeout-ms",
+        str(t.request_timeout_ms),
+        "--retry-backoff-ms",
+        str(t.retry_backoff_ms),
+        "--retry-backoff-max-ms",
+        str(t.retry_backoff_max_ms),
+    ]
+
+
 def confluent_argv(
     schedule: Schedule, spec: MemberSpec, name: str, bootstrap: str, group: str, topic: str
 ) -> list[str]:
@@ -86,14 +100,7 @@ def confluent_argv(
         spec.instance_id or "",
         "--remote-assignor",
         schedule.remote_assignor,
-        "--max-poll-ms",
-        str(t.max_poll_ms),
-        "--request-timeout-ms",
-        str(t.request_timeout_ms),
-        "--retry-backoff-ms",
-        str(t.retry_backoff_ms),
-        "--retry-backoff-max-ms",
-        str(t.retry_backoff_max_ms),
+        *timing_flags(t),
         "--revoke-work",
         str(schedule.revoke_work),
     ]

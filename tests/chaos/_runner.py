@@ -73,6 +73,7 @@ from ._kip848 import (
     confluent_argv,
     group_setup,
     java_protocol_args,
+    timing_flags,
     why_not_stable_consumer,
 )
 from ._schedule import API_KEYS, MemberSpec, Schedule, Step, assignors_for, protocol_for
@@ -323,6 +324,23 @@ class RunResult:
         return "\n".join(lines)
 
 
+async def _spawn(
+    argv: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> asyncio.subprocess.Process:
+    """A member process in a session of its own: JSON lines on stdout (read as they come,
+    lines up to 4 MiB), stderr to ``log_path``."""
+    with log_path.open("wb") as log:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+            limit=4 * 1024 * 1024,
+        )
+
+
 class ChaosRunner:
     """Runs one schedule against one target; :meth:`run` returns a :class:`RunResult`."""
 
@@ -421,14 +439,7 @@ class ChaosRunner:
             str(t.session_ms),
             "--heartbeat-ms",
             str(t.heartbeat_ms),
-            "--max-poll-ms",
-            str(t.max_poll_ms),
-            "--request-timeout-ms",
-            str(t.request_timeout_ms),
-            "--retry-backoff-ms",
-            str(t.retry_backoff_ms),
-            "--retry-backoff-max-ms",
-            str(t.retry_backoff_max_ms),
+            *timing_flags(t),
             "--close-timeout-ms",
             str(t.close_timeout_ms),
             "--poll-timeout",
@@ -445,16 +456,7 @@ class ChaosRunner:
             p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
         )
         log_path = self.workdir / f"{name}.log"
-        with log_path.open("wb") as log:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log,
-                env=env,
-                start_new_session=True,
-                limit=4 * 1024 * 1024,
-            )
+        proc = await _spawn(argv, log_path, env)
         where = ("via proxy" if spec.via_proxy else "direct") + f", {protocol} protocol"
         mp = self._track(spec, name, proc, log_path, where)
         mp.protocol = protocol
@@ -561,15 +563,7 @@ class ChaosRunner:
             ),
         ]
         log_path = self.workdir / f"{name}.log"
-        with log_path.open("wb") as log:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-                limit=4 * 1024 * 1024,
-            )
+        proc = await _spawn(argv, log_path)
         return self._track(spec, name, proc, log_path, "confluent, direct, consumer protocol")
 
     def current(self, slot: str) -> MemberProc | None:
