@@ -101,6 +101,9 @@ class ConsumerMemberBase:
         self._hb_attempts = 0
         self._hb_retry_at = 0.0
         self._next_heartbeat_at = 0.0
+        #: The gap to the next pickup heartbeat (settings.pickup_first_ms), None when the
+        #: member heartbeats at the broker's interval.
+        self._pickup_gap: float | None = None
         #: Counts joins: an answer or a reconciliation from before the latest join is stale.
         self._join_count = 0
         #: The first reconciliation after a join always runs (on_partitions_assigned fires

@@ -6,7 +6,10 @@ reports answers with :meth:`~HeartbeatDriver.on_heartbeat_response` or
 
 - none while UNSUBSCRIBED, FENCED, STALE or FATAL, or with no coordinator (then a lookup);
 - at once when LEAVING, or JOINING or ACKNOWLEDGING (unless a backoff is pending);
-- otherwise one broker interval after the previous send;
+- otherwise one broker interval after the previous send, except after an answer that
+  brought a new assignment (or the join): then at doubling gaps from
+  ``pickup_first_ms`` until the gap reaches the interval (pickup heartbeats: partitions
+  another member is still revoking arrive in the answer to one of them);
 - the poll timer: when the application has not polled for ``max_poll_interval_ms``, the
   member sends a leave heartbeat (epoch -1, or -2 when static) without awaiting its answer,
   becomes STALE and releases its partitions as lost at the next poll, which rejoins.
@@ -308,6 +311,7 @@ class HeartbeatDriver(ConsumerMemberBase):
         """A failed heartbeat: the interval timer is reset and an exponential backoff
         applies, so the next attempt comes after the backoff (§10.6)."""
         self._next_heartbeat_at = now
+        self._pickup_gap = None
         self._hb_retry_at = now + self._backoff.backoff(self._hb_attempts)
         self._hb_attempts += 1
 
@@ -404,11 +408,11 @@ class HeartbeatDriver(ConsumerMemberBase):
         self.member_epoch = resp.member_epoch
         if resp.heartbeat_interval_ms > 0:
             self.heartbeat_interval_ms = resp.heartbeat_interval_ms
-        self._next_heartbeat_at = sent.sent_at + self.heartbeat_interval_ms
         self._session_proof = sent.sent_at
         self._signals.wake_heartbeat = True
         if joined:
             self._emit("member.joined", heartbeat_interval_ms=self.heartbeat_interval_ms)
+        changed = joined
         if resp.assignment is not None and self.state is not S.PREPARE_LEAVING:
             target = frozenset(
                 IdPartition(t.topic_id, p) for t in resp.assignment for p in t.partitions
@@ -419,9 +423,11 @@ class HeartbeatDriver(ConsumerMemberBase):
             held = self.owned | (self.target or frozenset())
             if target != self.target:
                 self.target = target
+                changed = True
                 self._emit("member.assignment_received", partitions=len(target))
             if held - target and self._revoke_deadline is None:
                 self._revoke_deadline = sent.sent_at + self.settings.rebalance_timeout_ms
+        self._next_heartbeat_at = sent.sent_at + self._next_gap(changed)
         reported = sent.request.topic_partitions is not None
         if self.target is not None and reported and not (fields.owned | self.owned) - self.target:
             # This answered heartbeat carried the member's partitions, none outside the
@@ -434,6 +440,21 @@ class HeartbeatDriver(ConsumerMemberBase):
             self._set_state(S.RECONCILING, "new target assignment")
         elif self.state is S.JOINING:
             self._set_state(S.STABLE, "joined without an assignment yet")
+
+    def _next_gap(self, changed: bool) -> float:
+        """The wait from this answered heartbeat's send to the next one: the interval, or
+        the pickup gap, which starts over on a new assignment and doubles on every other
+        answer until it reaches the interval (deviations.md row 18)."""
+        first = self.settings.pickup_first_ms
+        if first is None:
+            return self.heartbeat_interval_ms
+        if changed:
+            self._pickup_gap = float(first)
+        elif self._pickup_gap is not None:
+            self._pickup_gap *= 2
+        if self._pickup_gap is not None and self._pickup_gap >= self.heartbeat_interval_ms:
+            self._pickup_gap = None
+        return self.heartbeat_interval_ms if self._pickup_gap is None else self._pickup_gap
 
     def _error(self, code: int, api: str, message: str | None) -> GroupError:
         return error_for_code(

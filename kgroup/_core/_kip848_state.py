@@ -92,6 +92,11 @@ class ConsumerProtocolSettings:
     - ``session_timeout_ms``: the **broker's** consumer session timeout (a broker or group
       config, not sent); the lease bounds every assignment by it.
     - ``retry_backoff_ms``, ``retry_backoff_max_ms``, ``request_timeout_ms``.
+    - ``pickup_first_ms``: after an answer that brings a new assignment (or the join), the
+      member heartbeats again at doubling gaps from this one until the gap reaches the
+      broker's interval, so that partitions another member is still revoking reach it in
+      the answer to one of these rather than a whole interval later (None: only at the
+      interval, as Kafka's client; deviations.md row 18).
     - ``leave_epoch_on_close``: the epoch close() sends (-1 leave, -2 static member leaving
       for now) or None for no leave heartbeat (KIP-1092 "remain in group", dynamic member).
     """
@@ -109,6 +114,7 @@ class ConsumerProtocolSettings:
     retry_backoff_max_ms: int = 1_000
     request_timeout_ms: int = 30_000
     leave_epoch_on_close: int | None = -1
+    pickup_first_ms: int | None = 25
 
     @property
     def is_static(self) -> bool:

@@ -8,6 +8,7 @@ it would call).
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,9 @@ class Harness:
                 "member_id": "m-1",
                 "topics": ("t1", "t2"),
                 "max_poll_interval_ms": 300_000,
+                # The scenarios check the spec's (Kafka's) schedule; kgroup's pickup
+                # heartbeats (deviation 18) are tested on their own below.
+                "pickup_first_ms": None,
                 **self.settings,
             }
         )
@@ -952,3 +956,89 @@ def test_a_heartbeat_during_a_reconciliation_reports_what_is_being_installed() -
     h.answer(full, epoch=7)
     h.m.polled(h.now)
     assert h.m.valid_until == deadline  # the broker still waits for t1-2's revocation
+
+
+# -- pickup heartbeats (deviations.md row 18) ---------------------------------------------
+
+
+def _joined_and_acknowledged(h: Harness) -> SendConsumerHeartbeat:
+    """Join at 0, answered at 10 with p0; acknowledged at once (sent at 10)."""
+    h.found()
+    h.poll()
+    join = h.send()
+    h.at(10)
+    h.answer(join, epoch=5, assigned=assignment((T1, (0,))))
+    h.poll()
+    ack = h.send()
+    assert ack.sent_at == 10
+    return ack
+
+
+def test_pickup_heartbeats_double_from_the_first_gap_up_to_the_interval() -> None:
+    """After a new assignment the member heartbeats at doubling gaps (25 ms started by the
+    answer that brought it, then 50, 100, ... from each send) until the gap reaches the
+    broker's interval, then at the interval again."""
+    h = Harness(settings={"pickup_first_ms": 25})
+    sent = _joined_and_acknowledged(h)
+    sends = [sent.sent_at]
+    for _ in range(12):
+        h.at(h.now + 1)
+        h.answer(sent, epoch=5)  # nothing new
+        wait = h.hb()
+        assert isinstance(wait, HeartbeatWait)
+        h.at(wait.until)
+        sent = h.send()
+        sends.append(sent.sent_at)
+    gaps = [b - a for a, b in itertools.pairwise(sends)]
+    # 50 ... 3,200 (the next doubling, 6,400, passes the 5 s interval), then the interval.
+    assert gaps[:8] == [50, 100, 200, 400, 800, 1_600, 3_200, 5_000]
+    assert set(gaps[7:]) == {5_000}
+
+
+def test_pickup_starts_over_when_an_answer_brings_more_partitions() -> None:
+    """The answer to a pickup heartbeat that brings a partition another member released
+    starts the doubling over: partitions often come in steps, one per releasing member."""
+    h = Harness(settings={"pickup_first_ms": 25})
+    ack = _joined_and_acknowledged(h)
+    h.at(20)
+    h.answer(ack, epoch=5)
+    wait = h.hb()
+    assert isinstance(wait, HeartbeatWait) and wait.until == 10 + 50
+    h.at(60)
+    pickup = h.send()
+    h.at(70)
+    h.answer(pickup, epoch=5, assigned=assignment((T1, (0, 1))))  # p1, released by another
+    h.poll()
+    assert h.calls[-1] == ("assigned", tp("t1", 1))
+    ack2 = h.send()  # the acknowledgement goes at once
+    h.at(80)
+    h.answer(ack2, epoch=5)
+    wait = h.hb()
+    assert isinstance(wait, HeartbeatWait) and wait.until == 70 + 50  # started over
+
+
+def test_pickup_off_and_after_a_failure_the_interval_rules() -> None:
+    """``pickup_first_ms=None`` heartbeats at the interval only (Kafka's schedule); and a
+    failed heartbeat ends the pickup: after its backoff, the interval applies again."""
+    h = Harness()  # pickup_first_ms=None
+    ack = _joined_and_acknowledged(h)
+    h.at(20)
+    h.answer(ack, epoch=5)
+    wait = h.hb()
+    assert isinstance(wait, HeartbeatWait) and wait.until == 10 + 5_000
+    h = Harness(settings={"pickup_first_ms": 25})
+    ack = _joined_and_acknowledged(h)
+    h.at(20)
+    h.answer(ack, epoch=5)
+    h.at(60)
+    pickup = h.send()
+    h.m.on_heartbeat_failed(pickup, 100, "timed out", disconnected=False)
+    h.at(100)
+    retry = h.hb()
+    assert isinstance(retry, HeartbeatWait)  # the backoff
+    h.at(retry.until)
+    again = h.send()
+    h.at(again.sent_at + 5)
+    h.answer(again, epoch=5)
+    wait = h.hb()
+    assert isinstance(wait, HeartbeatWait) and wait.until == again.sent_at + 5_000
