@@ -43,3 +43,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "chaos" in item.path.parts and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("chaos"))
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Under pytest-xdist the chaos schedules ran in a worker, and tests/chaos/conftest.py
+    is not loaded in the controller: print their summary here, from the totals each worker
+    wrote (``chaos-totals.json`` in its base temp directory)."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None or hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
+        return
+    from tests.chaos._cases import merged_totals, write_summary
+
+    write_summary(
+        terminalreporter, merged_totals(sorted(factory.getbasetemp().glob("*/chaos-totals.json")))
+    )

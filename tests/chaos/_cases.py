@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: ``(test, broker, seed)`` -> reason: a schedule that finds a kgroup bug, run as
@@ -67,3 +70,37 @@ class Totals:
 
 
 TOTALS = Totals()
+
+
+def merged_totals(paths: Iterable[Path]) -> Totals:
+    """The totals of several sessions (pytest-xdist workers), from their JSON files."""
+    merged = Totals()
+    for path in paths:
+        data = json.loads(path.read_text())
+        merged.schedules.update(data["schedules"])
+        merged.faults.update(data["faults"])
+        merged.lines += data["runs"]
+        merged.failed += data["failed"]
+        merged.stalled += data["broker_stalled"]
+        merged.notes += data["notes"]
+    return merged
+
+
+def write_summary(tr: Any, totals: Totals) -> None:
+    """The terminal summary of the chaos runs: every run, the totals, what failed."""
+    if not totals.lines:
+        return
+    tr.section("kgroup chaos")
+    for line in totals.lines:
+        tr.write_line(line)
+    data = totals.to_json()
+    per_broker = ", ".join(f"{b} {n}" for b, n in sorted(totals.schedules.items()))
+    tr.write_line(f"schedules: {data['schedules_total']} ({per_broker})")
+    faults = ", ".join(f"{k} {v}" for k, v in sorted(totals.faults.items()))
+    tr.write_line(f"faults injected: {data['faults_total']} ({faults})")
+    for line in totals.failed:
+        tr.write_line(f"FAILED {line}")
+    for line in totals.notes:
+        tr.write_line(f"note: {line}")
+    for line in totals.stalled:
+        tr.write_line(f"broker stalled (not counted against kgroup) {line}")

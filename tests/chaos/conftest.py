@@ -39,7 +39,7 @@ from typing import Any
 
 import pytest
 
-from ._cases import KNOWN_BUGS, TOTALS, ChaosCase, Totals
+from ._cases import KNOWN_BUGS, TOTALS, ChaosCase, Totals, write_summary
 from ._schedule import BROKERS, Schedule, default_cases, schedule_for
 
 _MARKS = {"kafka": pytest.mark.kafka, "tansu": pytest.mark.tansu, "mock": pytest.mark.mock_cluster}
@@ -176,40 +176,6 @@ def chaos_totals(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Totals]:
     path.write_text(json.dumps(TOTALS.to_json(), indent=2) + "\n")
 
 
-def _workers_totals(config: pytest.Config) -> Totals:
-    """Under pytest-xdist the schedules ran in the workers: their totals, read back from
-    the ``chaos-totals.json`` each worker wrote in its base temp directory."""
-    merged = Totals()
-    factory = getattr(config, "_tmp_path_factory", None)
-    if factory is None or hasattr(config, "workerinput"):
-        return merged
-    for path in sorted(factory.getbasetemp().glob("*/chaos-totals.json")):
-        data = json.loads(path.read_text())
-        merged.schedules.update(data["schedules"])
-        merged.faults.update(data["faults"])
-        merged.lines += data["runs"]
-        merged.failed += data["failed"]
-        merged.stalled += data["broker_stalled"]
-        merged.notes += data["notes"]
-    return merged
-
-
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
-    totals = TOTALS if TOTALS.lines else _workers_totals(config)
-    if not totals.lines:
-        return
-    tr = terminalreporter
-    tr.section("kgroup chaos")
-    for line in totals.lines:
-        tr.write_line(line)
-    data = totals.to_json()
-    per_broker = ", ".join(f"{b} {n}" for b, n in sorted(totals.schedules.items()))
-    tr.write_line(f"schedules: {data['schedules_total']} ({per_broker})")
-    faults = ", ".join(f"{k} {v}" for k, v in sorted(totals.faults.items()))
-    tr.write_line(f"faults injected: {data['faults_total']} ({faults})")
-    for line in totals.failed:
-        tr.write_line(f"FAILED {line}")
-    for line in totals.notes:
-        tr.write_line(f"note: {line}")
-    for line in totals.stalled:
-        tr.write_line(f"broker stalled (not counted against kgroup) {line}")
+    # Without pytest-xdist; under it the workers' totals are printed by tests/conftest.py.
+    write_summary(terminalreporter, TOTALS)
