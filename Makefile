@@ -33,16 +33,17 @@ docs:
 check: lint typecheck unit docs
 
 # Lint, type-check, build the docs and run every test, on real brokers (installs Java and
-# Maven if missing). The integration tests mostly wait on brokers, so they run on two
-# pytest-xdist workers (each with its own session brokers); the analytics tests (Spark) run
-# beside them to overlap with the waiting, all on one worker (xdist_group "spark": one
-# JVM). The rest runs after them, on two workers as well: the chaos schedules (private
-# brokers and member processes, mostly waiting) one after another on one worker (xdist_group
-# "chaos", tests/conftest.py), beside the unit tests and the simulation (its own 2 processes).
+# Maven if missing). The integration tests mostly wait on brokers (load about 1 on 2 cores),
+# so they run on three pytest-xdist workers (each with its own session brokers); the
+# analytics tests (Spark) run beside them to overlap with the waiting, all on one worker
+# (xdist_group "spark": one JVM). The rest runs after them, on two workers: the chaos
+# schedules (private brokers and member processes, mostly waiting) one after another on one
+# worker (xdist_group "chaos", tests/conftest.py), beside the unit tests and the simulation
+# (its own 2 processes).
 # --durations lists the slowest tests of each phase, to keep `make test` under 20 minutes.
 test:
 	bash .ci/install-system-deps.sh
 	$(PYTHON) -m pip install -q -e ".[test]"
 	$(MAKE) --no-print-directory lint typecheck docs PYTHON="$(PYTHON)"
-	$(PYTHON) -m pytest -ra --durations=25 -n 2 --dist loadgroup tests/integration tests/analytics
+	$(PYTHON) -m pytest -ra --durations=25 -n 3 --dist loadgroup tests/integration tests/analytics
 	$(PYTHON) -m pytest -ra --durations=15 -n 2 --dist loadgroup --ignore=tests/integration --ignore=tests/analytics
