@@ -943,15 +943,23 @@ class ChaosRunner:
         self.result.skipped.append(f"{step}: {why}")
         self.note(f"SKIP {step.kind}: {why}")
 
+    def _running(self, step: Step) -> MemberProc | None:
+        """The running (not paused) process of ``step``'s member slot; None, with the step
+        recorded as skipped, when there is none."""
+        slot = step.member
+        assert slot is not None
+        mp = self.current(slot)
+        if mp is None or not mp.live or mp.state == "paused":
+            self._skip(step, f"{slot} has no running process")
+            return None
+        return mp
+
     async def _start(self, step: Step) -> None:
         kind = step.kind
         target = self.target
         if kind in ("crash", "pause", "leave"):
-            slot = step.member
-            assert slot is not None
-            mp = self.current(slot)
-            if mp is None or not mp.live or mp.state == "paused":
-                self._skip(step, f"{slot} has no running process")
+            mp = self._running(step)
+            if mp is None:
                 return
             if kind == "crash":
                 mp.state = "killed"
@@ -975,11 +983,8 @@ class ChaosRunner:
             self._applied(step)
             self._later(f"rejoin-{slot}", self._spawn_quietly(spec))
         elif kind == "roll":
-            slot = step.member
-            assert slot is not None
-            mp = self.current(slot)
-            if mp is None or not mp.live or mp.state == "paused":
-                self._skip(step, f"{slot} has no running process")
+            mp = self._running(step)
+            if mp is None:
                 return
             self._later(f"roll-{mp.name}", self._roll(step, mp))
         elif kind == "black_hole":
