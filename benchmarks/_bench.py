@@ -907,6 +907,10 @@ def kgroup_config(a: Any, *, group: str | None = None, client_id: str | None = N
         extra["isolate_heartbeat"] = True
     if getattr(a, "handoff", False):
         extra["handoff_on_close"] = True  # only when asked: older trees lack the field
+    if getattr(a, "instance_id", None):
+        # Static: close() keeps the assignment for the next process with this id (Kafka's
+        # rule for a static member; -2 under the consumer protocol, no LeaveGroup on classic).
+        extra["group_instance_id"] = a.instance_id
     if consumer_protocol(a):
         # The broker assigns and owns the session and interval (the benchmark sets the
         # group's own to --session-ms / --heartbeat-ms); the lease is told the session.
@@ -1026,6 +1030,8 @@ def confluent_config(
         "enable.auto.commit": False,
         "auto.offset.reset": offset_reset,
     }
+    if getattr(a, "instance_id", None):
+        common["group.instance.id"] = a.instance_id
     if consumer_protocol(a):
         return {**common, "group.protocol": "consumer"}
     return {

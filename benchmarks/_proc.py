@@ -258,6 +258,7 @@ def member_java(a: argparse.Namespace) -> int:
             "--heartbeat-interval-ms", str(a.heartbeat_ms),
             "--max-poll-interval-ms", str(a.max_poll_ms),
             "--client-id", a.name, "--poll-ms", "100",
+            *(["--group-instance-id", a.instance_id] if a.instance_id else []),
         ]
     )  # fmt: skip
     b.emit("ready")
@@ -848,6 +849,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--handoff",
         action="store_true",
         help="kgroup: close with the handoff (GroupConfig.handoff_on_close)",
+    )
+    sub_member.add_argument(
+        "--instance-id",
+        default=None,
+        help="kgroup, confluent, java: a static member with this group instance id (KIP-345)",
     )
 
     sub_relay = sub.add_parser("relay", help="the frame-aware relay (_bench.run_relay_child)")

@@ -353,7 +353,7 @@ class ChurnBench:
         topic = f"bench-{client}-{tag}-{suffix}"
         group = f"bench-{client}-{tag}-{suffix}"
         self.broker.create_topic(topic, self.s.partitions)
-        if is_848(client):  # the classic members' session and heartbeat, set on the group
+        if is_848(client.removesuffix(STATIC_SUFFIX)):  # the session and interval, on the group
             give_group_timings(self.broker.bootstrap, group, self.s.session_ms, self.s.heartbeat_ms)
         return group, topic
 
@@ -598,6 +598,10 @@ ROLLING_BASE = "kgroup"  # the ratio's denominator: kgroup with range
 COOP_SUFFIX = "-coop"
 # kgroup-coop whose members close with the handoff (GroupConfig.handoff_on_close).
 HANDOFF_SUFFIX = "-handoff"
+# Static members (KIP-345: a group instance id per slot, kept across its restarts): a member
+# that closes keeps its assignment for its successor. Clients that have it here.
+STATIC_SUFFIX = "-static"
+STATIC_CLIENTS = ("kgroup", "confluent", "java")
 # The assignment kinds of a member's lines (``revoking`` marks a revoke callback's start).
 CHANGE_EVENTS = ("revoking", "revoked", "lost", "assigned")
 
@@ -605,7 +609,14 @@ CHANGE_EVENTS = ("revoking", "revoked", "lost", "assigned")
 def rolling_config(label: str) -> tuple[str, str]:
     """``kgroup-coop`` → (``kgroup``, ``cooperative-sticky``); ``aiokafka`` → (.., ``range``).
     ``kgroup-coop-handoff`` is ``kgroup-coop`` closing with the handoff (see
-    :func:`rolling_handoff`)."""
+    :func:`rolling_handoff`); a ``-static`` configuration is the one before it with static
+    members (:func:`rolling_static`)."""
+    if rolling_static(label):
+        base = label[: -len(STATIC_SUFFIX)]
+        client, assignor = rolling_config(base)
+        if split_label(client)[0] not in STATIC_CLIENTS or rolling_handoff(base):
+            raise ValueError(f"no static members for configuration {base!r} here")
+        return client, assignor
     if label == "kgroup-coop" + HANDOFF_SUFFIX:
         return "kgroup", "cooperative-sticky"
     if label in CLIENTS_848:  # the consumer protocol: the broker's assignor
@@ -617,6 +628,12 @@ def rolling_config(label: str) -> tuple[str, str]:
     if client not in CLIENTS:
         raise ValueError(f"unknown client {client!r} in configuration {label!r}")
     return client, assignor
+
+
+def rolling_static(label: str) -> bool:
+    """Whether the configuration's members are static: each slot's processes share one
+    group instance id (``--instance-id``), so a restart keeps the slot's partitions."""
+    return label.endswith(STATIC_SUFFIX)
 
 
 def rolling_handoff(label: str) -> bool:
@@ -821,7 +838,7 @@ class RollingBench(ChurnBench):
         client, assignor = rolling_config(label)
         self.rng = random.Random(f"{self.s.seed}-rolling-{rep}")
         extra = self._member_args()
-        if not is_848(label):  # under the consumer protocol the broker assigns
+        if not is_848(client):  # under the consumer protocol the broker assigns
             extra += ["--assignor", assignor]
         if rolling_handoff(label):
             extra.append("--handoff")
@@ -831,9 +848,8 @@ class RollingBench(ChurnBench):
 
         def spawn(slot: int, incarnation: int) -> Member:
             name = f"{label}-r{rep}-m{slot}"
-            m = self.fleet.spawn(
-                client, group, topic, name, extra, log_name=f"{name}.{incarnation}"
-            )
+            args = [*extra, "--instance-id", name] if rolling_static(label) else extra
+            m = self.fleet.spawn(client, group, topic, name, args, log_name=f"{name}.{incarnation}")
             everyone.append(m)
             return m
 
@@ -1187,6 +1203,20 @@ def rolling_targets(results: dict[str, dict[str, Any]]) -> str:
         parts.append(
             f"kgroup-coop-handoff / kgroup range = {ratio(handoff, ps(ROLLING_BASE))}, "
             f"/ kgroup-coop = {ratio(handoff, coop)}"
+        )
+    kip848 = ps("kgroup-848")
+    if kip848 is not None:
+        parts.append(f"kgroup-848 / kgroup-coop = {ratio(kip848, coop)} (target <= 0.50)")
+    # Like for like: static members on both protocols (each restart keeps its partitions).
+    static_848, static_coop = ps("kgroup-848" + STATIC_SUFFIX), ps("kgroup-coop" + STATIC_SUFFIX)
+    if static_848 is not None:
+        parts.append(
+            f"kgroup-848-static / kgroup-coop = {ratio(static_848, coop)}"
+            + (
+                f", / kgroup-coop-static = {ratio(static_848, static_coop)}"
+                if static_coop is not None
+                else ""
+            )
         )
     return "targets: " + "; ".join(parts)
 
