@@ -30,7 +30,10 @@ assignment change with a ``time.time()`` stamp. Scenarios, per client and repeti
    broker's ``uniform`` assignor; ``_kip848.py``): their group gets ``--session-ms`` and
    ``--heartbeat-ms`` as its own consumer session and heartbeat interval first, so they
    are timed like the classic ones; its "rebalances" are the broker's group-epoch bumps.
-   They are also scenarios 1-3 clients (``--clients``), on Apache Kafka only.
+   They are also scenarios 1-3 clients (``--clients``), on Apache Kafka only. A
+   ``-static`` suffix (``kgroup-coop-static``, ``kgroup-848-static``, ``confluent-848-static``,
+   ...; kgroup, confluent and java) makes the members static: each slot's processes share a
+   group instance id, so a restarted member gets its slot's partitions back (KIP-345).
    ``--rolling-members`` (4) members on a fresh ``--rolling-partitions`` (12) topic, stable;
    scale-out (one more member joins); then each of the 5 is restarted in turn (SIGTERM: its
    client closes, revoke and LeaveGroup; once it has exited a new process with the same
