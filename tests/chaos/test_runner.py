@@ -352,6 +352,40 @@ def test_a_migrating_group_is_held_to_one_generation_until_a_consumer_member_run
         runner._timeline.close()
 
 
+def test_a_migration_back_is_stable_only_once_the_group_is_classic_again(
+    tmp_path: Path,
+) -> None:
+    """Classic members alone in one "generation" are not enough on the way back: inside a
+    consumer group (a consumer-protocol member not fenced yet) they are followers whose
+    generations are member epochs, possibly equal. Stable once one of them leads (Kafka
+    converted the group back to classic). A classic schedule's members need no leader."""
+    members = (MemberSpec("m1"), MemberSpec("m2"))
+    runner = make_runner(tmp_path, 2, protocol="migration-back", members=members)
+    try:
+        m1, m2 = add(runner, "m1", name="m1.3"), add(runner, "m2", name="m2.3")
+        for mp, p in ((m1, 0), (m2, 1)):
+            runner.feed(mp, line("assigned", 1.0, p, generation=9))
+            runner.feed(mp, line("status", 1.0, state="STABLE", generation=9, leader=False,
+                                 assignment=parts(p)))  # fmt: skip
+        assert "no member leads" in str(runner.why_not_stable())
+        runner.feed(m1, line("status", 2.0, state="STABLE", generation=9, leader=True,
+                             assignment=parts(0)))  # fmt: skip
+        assert runner.why_not_stable() is None
+    finally:
+        runner._timeline.close()
+    (tmp_path / "classic").mkdir()
+    classic = make_runner(tmp_path / "classic", 2, members=members)
+    try:
+        for name, p in (("m1", 0), ("m2", 1)):
+            mp = add(classic, name)
+            classic.feed(mp, line("assigned", 1.0, p, generation=9))
+            classic.feed(mp, line("status", 1.0, state="STABLE", generation=9, leader=False,
+                                  assignment=parts(p)))  # fmt: skip
+        assert classic.why_not_stable() is None
+    finally:
+        classic._timeline.close()
+
+
 def _java_available() -> bool:
     from kgroup.testing._java import java_member_command
 
