@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -180,19 +181,20 @@ def why_not_classic_group(schedule: Schedule, live: Sequence[_Member]) -> str | 
     return "no member leads: a consumer group still (classic members are followers there)"
 
 
+_CONVERTED = re.compile(r"Converted the (?:empty )?(classic|consumer) group to a (\w+) group")
+
+
 def conversions(broker_log: Path, group: str) -> list[str]:
     """The broker's conversions of ``group``, in order: ``"classic->consumer"`` and
-    ``"consumer->classic"`` (its log's "Converted the ... group to a ... group" lines)."""
+    ``"consumer->classic"`` (its log's "Converted the [empty] ... group to a ... group"
+    lines)."""
     try:
         text = broker_log.read_bytes().decode("utf-8", "replace")
     except OSError:
         return []
     found = []
     for line in text.splitlines():
-        if group not in line:
-            continue
-        if "Converted the classic group to a consumer group" in line:
-            found.append("classic->consumer")
-        elif "Converted the consumer group to a classic group" in line:
-            found.append("consumer->classic")
+        match = _CONVERTED.search(line)
+        if match and f"[GroupId {group}]" in line:
+            found.append(f"{match[1]}->{match[2]}")
     return found

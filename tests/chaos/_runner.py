@@ -906,8 +906,10 @@ class ChaosRunner:
                 self.result.notes.append(f"{text}. Not counted against kgroup: {stall}")
                 self.note(f"BROKER STALL: {stall}")
         if s.protocol == "migration-back" and isinstance(self.target.broker, KafkaBroker):
-            converted = ", ".join(conversions(self.target.broker.log_path, self.group))
-            self.result.notes.append(f"the broker converted the group: {converted}")
+            converted = conversions(self.target.broker.log_path, self.group)
+            self.result.notes.append(f"the broker converted the group: {', '.join(converted)}")
+            if why is None and converted[-1:] != ["consumer->classic"]:
+                self.fail("invariant 2: stable, but the broker's log ends with no conversion back")
         await self._close_all()
         self._final_checks()
 

@@ -19,6 +19,7 @@ import pytest
 from kgroup import TopicPartition
 from kgroup.testing import JavaMember
 
+from ._kip848 import conversions
 from ._runner import ChaosRunner, MemberProc, Target
 from ._schedule import MemberSpec, Schedule, Step, Timeouts
 
@@ -384,6 +385,20 @@ def test_a_migration_back_is_stable_only_once_the_group_is_classic_again(
         assert classic.why_not_stable() is None
     finally:
         classic._timeline.close()
+
+
+def test_the_conversions_come_from_the_broker_log_of_this_group_in_order(tmp_path: Path) -> None:
+    log = tmp_path / "broker.log"
+    prefix = "INFO org.apache.kafka.coordinator.group.GroupMetadataManager - [GroupCoordinator"
+    log.write_text(
+        f"{prefix} id=1] [GroupId g1] Converted the classic group to a consumer group.\n"
+        f"{prefix} id=1] [GroupId other] Converted the consumer group to a classic group.\n"
+        f"{prefix} id=1] [GroupId g1] Converted the consumer group to a classic group.\n"
+        f"{prefix} id=1] [GroupId g1] Converted the empty classic group to a consumer group.\n"
+    )
+    assert conversions(log, "g1") == ["classic->consumer", "consumer->classic", "classic->consumer"]
+    assert conversions(log, "g") == []
+    assert conversions(tmp_path / "missing.log", "g1") == []
 
 
 def _java_available() -> bool:
