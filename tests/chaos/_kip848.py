@@ -14,10 +14,16 @@
   one): the broker's assignors (``uniform``, ``range``) balance one topic among members that
   all subscribe to it, so a member still waiting for its share shows as an imbalance while
   the others' shares still cover the topic.
+- :func:`why_not_classic_group`: what invariant 2 adds for a migration's classic members
+  alone: one of them leads, which only happens in a classic group (inside a consumer group
+  a classic member is a follower, its "generation" its own member epoch, spec §10.9), so a
+  migration back is only stable once Kafka converted the group back to classic.
+- :func:`conversions`: the broker log's record of the group's conversions, for the notes.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -26,13 +32,16 @@ from typing import Any, Protocol
 from kgroup import TopicPartition
 from kgroup.testing import set_consumer_group_timeouts
 
+from ._protocols import MIGRATIONS
 from ._schedule import MemberSpec, Schedule
 
 __all__ = [
     "CONFLUENT_SCRIPT",
     "confluent_argv",
+    "conversions",
     "group_setup",
     "java_protocol_args",
+    "why_not_classic_group",
     "why_not_stable_consumer",
 ]
 
@@ -158,3 +167,34 @@ def why_not_stable_consumer(
         if holders.get(tp, []) != owners[tp]:
             return f"{tp}: held by {holders.get(tp, [])}, assigned to {owners[tp]}"
     return None
+
+
+def why_not_classic_group(schedule: Schedule, live: Sequence[_Member]) -> str | None:
+    """For a migration whose live members all run the classic protocol: None when one of
+    them leads its generation (the group is a classic group), otherwise why not (a
+    consumer group whose consumer-protocol members the broker has not fenced yet). None
+    for other schedules."""
+    if schedule.protocol not in MIGRATIONS:
+        return None
+    if any(p.status is not None and p.status.get("leader") for p in live):
+        return None
+    return "no member leads: a consumer group still (classic members are followers there)"
+
+
+_CONVERTED = re.compile(r"Converted the (?:empty )?(classic|consumer) group to a (\w+) group")
+
+
+def conversions(broker_log: Path, group: str) -> list[str]:
+    """The broker's conversions of ``group``, in order: ``"classic->consumer"`` and
+    ``"consumer->classic"`` (its log's "Converted the [empty] ... group to a ... group"
+    lines)."""
+    try:
+        text = broker_log.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        match = _CONVERTED.search(line)
+        if match and f"[GroupId {group}]" in line:
+            found.append(f"{match[1]}->{match[2]}")
+    return found

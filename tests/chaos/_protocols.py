@@ -1,35 +1,49 @@
 """The group-protocol dimension of the chaos schedules (KIP-848), for ``_schedule.py``.
 
 On Kafka a schedule runs the classic protocol, the consumer protocol (kgroup members,
-possibly beside Kafka's Java consumer and confluent-kafka, all on the consumer protocol), or
-a migration: a classic group of kgroup members rolled onto the consumer protocol while the
-faults run. Here: the names, the shares :func:`protocol_params` draws them with, the
-validation of :func:`~._schedule.make_schedule`'s protocol parameters, and which protocol a
-slot's process runs (:func:`protocol_for`).
+possibly beside Kafka's Java consumer and confluent-kafka, all on the consumer protocol), a
+migration: a classic group of kgroup members rolled onto the consumer protocol while the
+faults run, or a migration and back: rolled onto it, then back to classic (Kafka converts
+the group back when its last consumer-protocol member is gone). Here: the names, the
+shares :func:`protocol_params` draws them with, the validation of
+:func:`~._schedule.make_schedule`'s protocol parameters, which protocol a slot's process
+runs (:func:`protocol_for`) and what each slot runs at the end (:func:`final_protocols`).
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from typing import Any
 
 __all__ = [
+    "BACK_PROBABILITY",
+    "BACK_ROLL_GAP",
+    "BACK_WINDOW",
     "CONSUMER_PROBABILITY",
     "FOREIGN_PROBABILITY",
+    "MIGRATIONS",
     "MIGRATION_ASSIGNORS",
     "MIGRATION_PROBABILITY",
     "PROTOCOLS",
     "REMOTE_ASSIGNORS",
+    "ROLLS",
     "ROLL_BUSY",
     "ROLL_WEIGHT",
+    "back_tail",
     "check_protocol",
+    "final_protocols",
     "protocol_for",
     "protocol_params",
 ]
 
-#: ``Schedule.protocol``: the classic protocol, KIP-848's consumer protocol, or a classic
-#: group rolled onto the consumer protocol under faults.
-PROTOCOLS = ("classic", "consumer", "migration")
+#: ``Schedule.protocol``: the classic protocol, KIP-848's consumer protocol, a classic group
+#: rolled onto the consumer protocol under faults, or rolled onto it and back to classic.
+PROTOCOLS = ("classic", "consumer", "migration", "migration-back")
+#: The protocols that roll slots (``roll`` steps), and how many restarts (rolls or rejoins)
+#: a slot may get from rolls: one (onto the consumer protocol), or two (and back).
+MIGRATIONS = ("migration", "migration-back")
+ROLLS = {"migration": 1, "migration-back": 2}
 #: The broker's assignors a consumer-protocol member may name (``group_remote_assignor``).
 REMOTE_ASSIGNORS = ("uniform", "range")
 #: The classic assignors a migration starts from (what the group runs before its roll).
@@ -38,6 +52,12 @@ MIGRATION_ASSIGNORS = ("range", "cooperative-sticky")
 #: (drawn from a generator of their own, so that a classic seed keeps its schedule).
 CONSUMER_PROBABILITY = 0.25
 MIGRATION_PROBABILITY = 0.1
+#: How likely a migration goes back to classic (a draw of its own, after the migration's
+#: others), and its fault window (seconds: two rolls per slot take longer than one).
+BACK_PROBABILITY = 0.5
+BACK_WINDOW = 30.0
+#: The seconds between the rolls back at the end of a migration back's window.
+BACK_ROLL_GAP = 1.0
 #: ``schedule_for``: how likely a consumer-protocol schedule has Java or confluent members.
 FOREIGN_PROBABILITY = 0.6
 #: The weight of a ``roll`` in a migration schedule (high: every slot should be rolled
@@ -50,10 +70,42 @@ ROLL_BUSY = 4.0
 def protocol_for(protocol: str, incarnation: int) -> str:
     """The ``group_protocol`` of a slot's ``incarnation``-th process (1 = the first): the
     schedule's, or for a migration ``classic`` for the first process and ``consumer`` for
-    every later one (a roll or a rejoin)."""
+    every later one (a roll or a rejoin); for a migration back ``consumer`` for the second
+    process only (the first restart moves the slot onto the consumer protocol, the second
+    back to classic, where it stays)."""
     if protocol == "migration":
         return "classic" if incarnation == 1 else "consumer"
+    if protocol == "migration-back":
+        return "consumer" if incarnation == 2 else "classic"
     return protocol
+
+
+def back_tail(members: int) -> float:
+    """The end of a migration back's window kept for rolling back the slots still on the
+    consumer protocol (at most every slot, :data:`BACK_ROLL_GAP` apart, the last one left
+    alone :data:`ROLL_BUSY` seconds)."""
+    return members * BACK_ROLL_GAP + ROLL_BUSY
+
+
+def final_protocols(protocol: str, slots: Iterable[str], steps: Iterable[Any]) -> dict[str, str]:
+    """What each slot runs once ``steps`` (``Step``s, in order) have all been applied: the
+    ``group_protocol`` of its last process, or ``"down"`` after a crash or leave that no
+    rejoin followed. For a migration back, the group is converted back to classic (and
+    stays so) when no slot ends on ``consumer``: a crashed or left consumer-protocol member
+    is fenced within a session."""
+    incarnation = dict.fromkeys(slots, 1)
+    down: set[str] = set()
+    for step in steps:
+        slot = step.member
+        if step.kind in ("crash", "leave"):
+            down.add(slot)
+        elif step.kind in ("roll", "rejoin"):
+            incarnation[slot] += 1
+            down.discard(slot)
+    return {
+        slot: "down" if slot in down else protocol_for(protocol, n)
+        for slot, n in incarnation.items()
+    }
 
 
 def check_protocol(
@@ -93,8 +145,9 @@ def protocol_params(seed: int, members: int) -> dict[str, Any]:
     among them: they all draw classic here). A consumer-protocol group draws its broker
     assignor and, with :data:`FOREIGN_PROBABILITY`, Java and confluent members (together 1
     to half of the slots); a migration 3 to 5 slots (so that most are rolled inside the
-    window), its classic assignor and the broker's. Both replace the classic draws
-    (assignor, Java members)."""
+    window), its classic assignor and the broker's, then whether it goes back to classic
+    (:data:`BACK_PROBABILITY`; then with :data:`BACK_WINDOW`, unless overridden). Both
+    replace the classic draws (assignor, Java members)."""
     rng = random.Random(f"protocol:kafka:{seed}")
     draw = rng.random()
     if draw < CONSUMER_PROBABILITY:
@@ -112,11 +165,14 @@ def protocol_params(seed: int, members: int) -> dict[str, Any]:
             params["confluent_members"] = foreign - params["java_members"]
         return params
     if draw < CONSUMER_PROBABILITY + MIGRATION_PROBABILITY:
-        return {
+        migration: dict[str, Any] = {
             "protocol": "migration",
             "members": min(members, rng.randint(3, 5)),
             "assignor": rng.choice(MIGRATION_ASSIGNORS),
             "remote_assignor": rng.choice(REMOTE_ASSIGNORS),
             "java_members": 0,
         }
+        if rng.random() < BACK_PROBABILITY:
+            migration.update(protocol="migration-back", fault_window=BACK_WINDOW)
+        return migration
     return {}

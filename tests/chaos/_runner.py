@@ -71,9 +71,11 @@ from kgroup.testing._ports import kill_with_parent_prefix, register_child, unreg
 
 from ._kip848 import (
     confluent_argv,
+    conversions,
     group_setup,
     java_protocol_args,
     timing_flags,
+    why_not_classic_group,
     why_not_stable_consumer,
 )
 from ._schedule import API_KEYS, MemberSpec, Schedule, Step, assignors_for, protocol_for
@@ -753,6 +755,9 @@ class ChaosRunner:
         generations = {p.name: p.status["generation"] for p in live if p.status}
         if len(set(generations.values())) != 1:
             return f"generations differ: {generations}"
+        why = why_not_classic_group(self.schedule, live)
+        if why is not None:
+            return why
         owners: dict[TopicPartition, list[str]] = {}
         for p in live:
             assert p.status is not None
@@ -900,6 +905,11 @@ class ChaosRunner:
                 self.result.broker_stalls += 1
                 self.result.notes.append(f"{text}. Not counted against kgroup: {stall}")
                 self.note(f"BROKER STALL: {stall}")
+        if s.protocol == "migration-back" and isinstance(self.target.broker, KafkaBroker):
+            converted = conversions(self.target.broker.log_path, self.group)
+            self.result.notes.append(f"the broker converted the group: {', '.join(converted)}")
+            if why is None and converted[-1:] != ["consumer->classic"]:
+                self.fail("invariant 2: stable, but the broker's log ends with no conversion back")
         await self._close_all()
         self._final_checks()
 

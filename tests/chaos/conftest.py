@@ -12,9 +12,10 @@ Options:
     Only seeds whose schedule is a mixed Java/kgroup group (Kafka only): with
     ``--chaos-count K``, ``K`` such random seeds (with ``--chaos-seed N`` too: the first
     ``K`` from ``N`` on). The seeds replay without the option.
-``--chaos-protocol consumer|migration``
+``--chaos-protocol consumer|migration|migration-back``
     Likewise, only Kafka seeds whose schedule runs the consumer protocol (kgroup, Java and
-    confluent members) or rolls a classic group onto it (``migration``).
+    confluent members), rolls a classic group onto it (``migration``), or onto it and back
+    to classic (``migration-back``, a 30 s window; not among the default cases).
 
 Without either, ``test_chaos`` runs :func:`~._schedule.default_cases` (fixed seeds that
 cover every fault kind) and ``test_soak`` (``slow``: only with ``--run-slow``) one random
@@ -67,9 +68,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--chaos-protocol",
-        choices=("consumer", "migration"),
+        choices=("consumer", "migration", "migration-back"),
         default=None,
-        help="only seeds of consumer-protocol groups, or of migrations (Kafka)",
+        help="only seeds of consumer-protocol groups, of migrations, or of migrations back "
+        "to classic (Kafka)",
     )
     group.addoption(
         "--chaos-logs",

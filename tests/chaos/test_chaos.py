@@ -8,7 +8,8 @@ consumer-protocol group of kgroup, Java and confluent members on Kafka, a classi
 rolled onto the consumer protocol under faults, tansu with a restart, the mock cluster with
 coordinator moves, broker downs and injected errors). ``--chaos-seed N`` replays one seed,
 ``--chaos-count K`` runs random ones (``--chaos-java``: mixed groups only;
-``--chaos-protocol consumer|migration``: KIP-848 groups only), ``--run-slow`` adds the
+``--chaos-protocol consumer|migration|migration-back``: KIP-848 groups only; the last
+rolls onto the consumer protocol and back, not a default case), ``--run-slow`` adds the
 soak. A failure prints the seed, the schedule, a one-line replay command and where the
 member logs are.
 

@@ -19,6 +19,7 @@ import pytest
 from kgroup import TopicPartition
 from kgroup.testing import JavaMember
 
+from ._kip848 import conversions
 from ._runner import ChaosRunner, MemberProc, Target
 from ._schedule import MemberSpec, Schedule, Step, Timeouts
 
@@ -350,6 +351,54 @@ def test_a_migrating_group_is_held_to_one_generation_until_a_consumer_member_run
         assert runner.why_not_stable() is None  # m1 gen 3 (classic), m2.2 epoch 5
     finally:
         runner._timeline.close()
+
+
+def test_a_migration_back_is_stable_only_once_the_group_is_classic_again(
+    tmp_path: Path,
+) -> None:
+    """Classic members alone in one "generation" are not enough on the way back: inside a
+    consumer group (a consumer-protocol member not fenced yet) they are followers whose
+    generations are member epochs, possibly equal. Stable once one of them leads (Kafka
+    converted the group back to classic). A classic schedule's members need no leader."""
+    members = (MemberSpec("m1"), MemberSpec("m2"))
+    runner = make_runner(tmp_path, 2, protocol="migration-back", members=members)
+    try:
+        m1, m2 = add(runner, "m1", name="m1.3"), add(runner, "m2", name="m2.3")
+        for mp, p in ((m1, 0), (m2, 1)):
+            runner.feed(mp, line("assigned", 1.0, p, generation=9))
+            runner.feed(mp, line("status", 1.0, state="STABLE", generation=9, leader=False,
+                                 assignment=parts(p)))  # fmt: skip
+        assert "no member leads" in str(runner.why_not_stable())
+        runner.feed(m1, line("status", 2.0, state="STABLE", generation=9, leader=True,
+                             assignment=parts(0)))  # fmt: skip
+        assert runner.why_not_stable() is None
+    finally:
+        runner._timeline.close()
+    (tmp_path / "classic").mkdir()
+    classic = make_runner(tmp_path / "classic", 2, members=members)
+    try:
+        for name, p in (("m1", 0), ("m2", 1)):
+            mp = add(classic, name)
+            classic.feed(mp, line("assigned", 1.0, p, generation=9))
+            classic.feed(mp, line("status", 1.0, state="STABLE", generation=9, leader=False,
+                                  assignment=parts(p)))  # fmt: skip
+        assert classic.why_not_stable() is None
+    finally:
+        classic._timeline.close()
+
+
+def test_the_conversions_come_from_the_broker_log_of_this_group_in_order(tmp_path: Path) -> None:
+    log = tmp_path / "broker.log"
+    prefix = "INFO org.apache.kafka.coordinator.group.GroupMetadataManager - [GroupCoordinator"
+    log.write_text(
+        f"{prefix} id=1] [GroupId g1] Converted the classic group to a consumer group.\n"
+        f"{prefix} id=1] [GroupId other] Converted the consumer group to a classic group.\n"
+        f"{prefix} id=1] [GroupId g1] Converted the consumer group to a classic group.\n"
+        f"{prefix} id=1] [GroupId g1] Converted the empty classic group to a consumer group.\n"
+    )
+    assert conversions(log, "g1") == ["classic->consumer", "consumer->classic", "classic->consumer"]
+    assert conversions(log, "g") == []
+    assert conversions(tmp_path / "missing.log", "g1") == []
 
 
 def _java_available() -> bool:

@@ -11,7 +11,16 @@ import json
 
 import pytest
 
-from ._protocols import MIGRATION_ASSIGNORS, ROLL_BUSY
+from ._protocols import (
+    BACK_ROLL_GAP,
+    BACK_WINDOW,
+    MIGRATION_ASSIGNORS,
+    MIGRATIONS,
+    ROLL_BUSY,
+    ROLLS,
+    back_tail,
+    final_protocols,
+)
 from ._runner import stable_bound
 from ._schedule import (
     ASSIGNORS,
@@ -121,7 +130,7 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
         assert 3 <= len(s.members) <= 8
         if broker == "tansu":
             assert not s.static, "tansu stalls static groups (schedule_for)"
-        allowed = set(WEIGHTS[broker]) | ({"roll"} if s.protocol == "migration" else set())
+        allowed = set(WEIGHTS[broker]) | ({"roll"} if s.protocol in MIGRATIONS else set())
         assert s.kinds() <= allowed, "a fault of another broker or protocol"
         assert list(s.steps) == sorted(s.steps, key=lambda st: st.at)
         # every fault starts and ends inside the window
@@ -205,19 +214,20 @@ def _check_member_timeline(s: Schedule) -> None:
     is down; at least one member is always left; a Java or confluent slot only gets
     JAVA_FAULTS, and in a static consumer-protocol group rejoins a session timeout after it
     crashed at the earliest (its instance id is not released before); a roll hits a running
-    slot not rolled yet, which is then left alone for ROLL_BUSY seconds."""
+    slot restarted fewer than ROLLS times (once for a migration: not rolled yet; twice for a
+    migration back), which is then left alone for ROLL_BUSY seconds."""
     alive = {m.slot: True for m in s.members}
     rejoin_at = {m.slot: 0.0 for m in s.members}
     paused_until = {m.slot: 0.0 for m in s.members}
-    rolled: set[str] = set()
+    restarts = dict.fromkeys(alive, 0)
     for step in s.steps:
         slot = step.member
         assert slot not in s.foreign_slots or step.kind in JAVA_FAULTS, step
         if step.kind == "roll":
-            assert s.protocol == "migration", step
+            assert s.protocol in MIGRATIONS, step
             assert slot is not None and alive[slot] and paused_until[slot] <= step.at, step
-            assert slot not in rolled, f"{slot} rolled twice"
-            rolled.add(slot)
+            assert restarts[slot] < ROLLS[s.protocol], f"{slot} rolled once too often"
+            restarts[slot] += 1
             paused_until[slot] = step.at + ROLL_BUSY
         elif step.kind in ("crash", "leave", "pause"):
             assert slot is not None and alive[slot] and paused_until[slot] <= step.at, step
@@ -235,7 +245,7 @@ def _check_member_timeline(s: Schedule) -> None:
             assert slot is not None and not alive[slot], step
             assert step.at >= rejoin_at[slot] - 1e-6, f"{step}: before {rejoin_at[slot]}"
             alive[slot] = True
-            rolled.add(slot)  # a migration's new process runs the consumer protocol
+            restarts[slot] += 1  # a migration's new process runs the slot's next protocol
 
 
 def _check_exclusive(s: Schedule, kinds: tuple[str, ...]) -> None:
@@ -266,6 +276,7 @@ def test_default_cases_cover_every_fault_kind_and_both_memberships() -> None:
     consumer = [s for s in schedules if s.protocol == "consumer"]
     assert any(s.java_slots and s.confluent_slots for s in consumer), "kgroup + Java + confluent"
     assert any(s.protocol == "migration" for s in schedules)
+    assert ("kafka", 8) in cases, "the migration default case keeps its seed"
     assert sum(s.protocol != "classic" for s in schedules) == 2, "two cases: the time budget"
     assert any(s.assignor == "cooperative-sticky" and not s.java_slots for s in schedules)
     covered = set().union(*(s.kinds() for s in schedules))
@@ -289,7 +300,9 @@ def test_printable() -> None:
 def test_the_protocol_is_drawn_on_kafka_only_and_classic_seeds_keep_their_schedule() -> None:
     kafka = [schedule_for("kafka", seed) for seed in range(1, 600)]
     share = {p: sum(s.protocol == p for s in kafka) / len(kafka) for p in PROTOCOLS}
-    assert 0.17 < share["consumer"] < 0.33 and 0.05 < share["migration"] < 0.16, share
+    assert 0.17 < share["consumer"] < 0.33, share
+    assert 0.05 < share["migration"] + share["migration-back"] < 0.16, share
+    assert 0.3 < share["migration-back"] / (share["migration"] + share["migration-back"]) < 0.7
     for broker in ("tansu", "mock"):
         assert {schedule_for(broker, seed).protocol for seed in SEEDS} == {"classic"}
     for s in kafka:
@@ -343,3 +356,63 @@ def test_a_migration_rolls_kgroup_slots_one_by_one() -> None:
     assert every_slot / len(migrations) > 0.4, "most migrations move every slot"
     assert [protocol_for("migration", n) for n in (1, 2, 3)] == ["classic", "consumer", "consumer"]
     assert protocol_for("consumer", 1) == "consumer" and protocol_for("classic", 4) == "classic"
+
+
+def test_a_migration_back_rolls_every_slot_onto_the_consumer_protocol_and_back() -> None:
+    """A migration back (half the migrations; the others keep their schedules) restarts each
+    slot at most twice from rolls, rolls back in the window's tail every running slot still
+    on the consumer protocol, and so always ends with none on it (a crashed or left one is
+    fenced by the broker): Kafka converts the group back to classic. Not a default case."""
+    kafka = [s for s in map(functools.partial(schedule_for, "kafka"), range(1, 1200))]
+    backs = [s for s in kafka if s.protocol == "migration-back"]
+    assert len(backs) > 30
+    twice = 0
+    for s in backs:
+        assert not s.foreign_slots and 3 <= len(s.members) <= 5
+        assert s.fault_window == BACK_WINDOW and s.faults_end <= BACK_WINDOW
+        assert s.label.startswith("kafka-migration-back-") and "and back" in str(s)
+        assert f"{s.assignor}-to-{s.remote_assignor}" in s.label
+        _check_member_timeline(s)
+        slots = [m.slot for m in s.members]
+        final = final_protocols(s.protocol, slots, s.steps)
+        assert "consumer" not in final.values(), f"{s.label} ends with {final}"
+        assert any(st.kind in ("roll", "rejoin") for st in s.steps), "never consumer"
+        # the tail: rolls only, BACK_ROLL_GAP apart, after every other fault ended
+        main = s.fault_window - back_tail(len(s.members))
+        tail = [st for st in s.steps if st.at >= main]
+        assert all(st.kind == "roll" for st in tail), s
+        assert all(abs(b.at - a.at - BACK_ROLL_GAP) < 1e-6 for a, b in itertools.pairwise(tail))
+        assert all(st.end <= main for st in s.steps if st.at < main)
+        twice += any(sum(st.member == m for st in s.steps if st.kind == "roll") == 2 for m in slots)
+    assert twice / len(backs) > 0.8, "most roll a slot onto the consumer protocol and back"
+    # the other migrations keep the schedules they had: drawn as before
+    for s in kafka:
+        if s.protocol == "migration":
+            assert s.fault_window == 20.0
+            assert s == make_schedule(
+                s.seed, broker="kafka", members=len(s.members), static=s.static,
+                assignor=s.assignor, protocol="migration", remote_assignor=s.remote_assignor,
+            )  # fmt: skip
+    assert not any(schedule_for(b, n).protocol == "migration-back" for b, n in default_cases())
+
+
+def test_a_migration_back_runs_consumer_on_a_slots_second_process_only() -> None:
+    assert [protocol_for("migration-back", n) for n in (1, 2, 3, 4)] == [
+        "classic", "consumer", "classic", "classic",
+    ]  # fmt: skip
+    steps = [
+        Step.make(1.0, "roll", member="m1"),  # m1: consumer
+        Step.make(2.0, "roll", member="m2"),
+        Step.make(3.0, "crash", member="m2"),  # m2: consumer, down (fenced in a session)
+        Step.make(4.0, "roll", member="m1"),  # m1: classic again
+        Step.make(5.0, "leave", member="m3"),
+        Step.make(6.0, "rejoin", member="m3"),  # m3: consumer
+    ]
+    slots = ("m1", "m2", "m3")
+    assert final_protocols("migration-back", slots, steps) == {
+        "m1": "classic", "m2": "down", "m3": "consumer",
+    }  # fmt: skip
+    assert final_protocols("migration", slots, steps) == {
+        "m1": "consumer", "m2": "down", "m3": "consumer",
+    }  # fmt: skip
+    assert final_protocols("classic", slots, steps[:1]) == dict.fromkeys(slots, "classic")

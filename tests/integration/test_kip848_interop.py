@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -396,3 +397,84 @@ async def test_online_migration_classic_to_consumer_and_back_exactly_once(
     outside = [leads for at, leads, _ in joins if not mixed[0] < at < mixed[-1]]
     assert inside and all(not leads and leader == "" for leads, leader in inside)
     assert any(outside)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
+    reason="known bug: a kgroup cooperative-sticky leader puts FOLLOW_UP_MARKER in the "
+    "Assignment user data of a generation a follow-up rebalance must end (deviation 12); "
+    "Kafka 4.4.0 refuses to convert a classic group whose assignments carry user data "
+    "('userData from a custom assignor would be lost'), and the consumer-protocol member "
+    "gets GROUP_ID_NOT_FOUND, fatal (found by chaos seed 98, --chaos-protocol migration-back)",
+)
+async def test_an_online_upgrade_is_not_refused_while_a_cooperative_generation_awaits_its_follow_up(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """A classic cooperative-sticky group of two kgroup members in a generation where one
+    still revokes what moves to the other (a follow-up rebalance is certain): a
+    consumer-protocol member joins then. Kafka converts the group, and nobody's poll()
+    raises."""
+    from kgroup import GroupMember
+
+    topic = make_topic(4)
+    await short_session(kafka_broker, unique_group, 6_000, 500)
+    log_start = kafka_broker.log_path.stat().st_size
+    classic = dataclasses.replace(
+        classic_config(kafka_broker, unique_group, topic), assignors=("cooperative-sticky",)
+    )
+    revoking, release = asyncio.Event(), asyncio.Event()
+
+    class HoldsItsRevocation:
+        async def on_partitions_revoked(self, partitions: frozenset[TopicPartition]) -> None:
+            if partitions:
+                revoking.set()
+                await release.wait()  # the application still finishing its work
+
+        async def on_partitions_assigned(self, partitions: frozenset[TopicPartition]) -> None:
+            pass
+
+        async def on_partitions_lost(self, partitions: frozenset[TopicPartition]) -> None:
+            pass
+
+    first = GroupMember(classic, listener=HoldsItsRevocation())
+    second = GroupMember(classic)
+    upgrading = GroupMember(consumer_config(kafka_broker, unique_group, topic, session_ms=6_000))
+    errors: list[str] = []
+
+    async def poll_loop(member: GroupMember) -> None:
+        while True:
+            try:
+                await member.poll(timeout=0.2)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}")
+                await release.wait()  # stop on the first error, until the end
+
+    def converted() -> bool:
+        return any(
+            "Converted the classic group to a consumer group" in line
+            for line in broker_log_lines(kafka_broker, unique_group, log_start)
+        )
+
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        await first.start()
+        tasks.append(asyncio.create_task(poll_loop(first)))
+        await until(lambda: len(first.assignment) == 4, timeout=30, what="the first owns all")
+        await second.start()
+        tasks.append(asyncio.create_task(poll_loop(second)))
+        async with asyncio.timeout(30):
+            await revoking.wait()  # the generation's follow-up waits for the first to rejoin
+        await upgrading.start()
+        tasks.append(asyncio.create_task(poll_loop(upgrading)))
+        await until(lambda: bool(errors) or converted(), timeout=20, what="conversion or error")
+    finally:
+        release.set()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for member in (upgrading, second, first):
+            await member.close()
+    assert errors == []
+    assert converted()
