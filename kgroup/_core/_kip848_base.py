@@ -109,9 +109,10 @@ class ConsumerMemberBase:
         #: The first reconciliation after a join always runs (on_partitions_assigned fires
         #: on every join, even with nothing assigned).
         self._assigned_since_join = False
-        #: When the first of a run of UNRELEASED_INSTANCE_ID answers arrived (deviation
-        #: 16's clock; the run ends fatally with one to a request sent a session later).
-        self._unreleased_since: float | None = None
+        #: When the first of a run of UNRELEASED_INSTANCE_ID answers, or of joins refused
+        #: with GROUP_ID_NOT_FOUND, arrived (deviations 16 and 19; the run ends fatally with
+        #: one to a request sent a session later).
+        self._refused_since: float | None = None
         # The poll timer.
         self._poll_deadline = now + settings.max_poll_interval_ms
         # The lease: the send time of the last answered heartbeat proves the session until

@@ -293,7 +293,7 @@ class HeartbeatDriver(ConsumerMemberBase):
             return
         self._in_flight = None
         self._sent = None
-        self._unreleased_since = None  # the join may have reached the broker: a new window
+        self._refused_since = None  # the join may have reached the broker: a new window
         if disconnected:
             self.mark_coordinator_unknown(reason)
         self._back_off(now)
@@ -334,11 +334,20 @@ class HeartbeatDriver(ConsumerMemberBase):
             return
         self._emit("member.heartbeat_failed", error=ErrorCode.describe(code))
         self._sent = None
-        if reaction is not R.UNRELEASED_INSTANCE:
-            # Deviation 16's window counts consecutive UNRELEASED_INSTANCE_ID answers: any
-            # other outcome (a coordinator that moved or loads and re-arms the holder's
-            # session, a lost answer) starts it again.
-            self._unreleased_since = None
+        # Deviation 19: a join refused with GROUP_ID_NOT_FOUND may be a classic group that
+        # Kafka cannot convert yet (a kgroup cooperative-sticky generation that awaits its
+        # follow-up rebalance carries user data in its assignments): retried as deviation 16
+        # retries UNRELEASED_INSTANCE_ID.
+        refused_join = (
+            reaction is R.GROUP_NOT_FOUND
+            and sent.request.member_epoch == 0
+            and self.state is not S.PREPARE_LEAVING
+        )
+        if reaction is not R.UNRELEASED_INSTANCE and not refused_join:
+            # Deviation 16's window counts consecutive UNRELEASED_INSTANCE_ID answers (and
+            # deviation 19's refused joins): any other outcome (a coordinator that moved or
+            # loads and re-arms the holder's session, a lost answer) starts it again.
+            self._refused_since = None
         if reaction is R.COORDINATOR_MOVED:
             self.mark_coordinator_unknown(ErrorCode.describe(code))
             self._hb_attempts = 0
@@ -351,7 +360,7 @@ class HeartbeatDriver(ConsumerMemberBase):
                 self.member_epoch = 0  # the leave goes on, without a leave heartbeat
             else:
                 self._fence(f"heartbeat answered {ErrorCode.describe(code)}", now)
-        elif reaction is R.UNRELEASED_INSTANCE:
+        elif reaction is R.UNRELEASED_INSTANCE or refused_join:
             # The window runs from the arrival of the first such answer to the *sending*
             # of the latest: a late answer (delayed, or read after a pause) says only that
             # the instance was held when its request reached the broker. A holder that no
@@ -359,9 +368,9 @@ class HeartbeatDriver(ConsumerMemberBase):
             # process's) is released one session after its last heartbeat, which the
             # broker took before the first answer; so only an answer to a request sent a
             # session after the first answer proves a live holder.
-            if self._unreleased_since is None:
-                self._unreleased_since = now
-            if sent.sent_at - self._unreleased_since >= self.settings.session_timeout_ms:
+            if self._refused_since is None:
+                self._refused_since = now
+            if sent.sent_at - self._refused_since >= self.settings.session_timeout_ms:
                 self.record_fatal(self._error(code, "ConsumerGroupHeartbeat", resp.error_message))
             else:
                 self._back_off(now)
@@ -398,7 +407,7 @@ class HeartbeatDriver(ConsumerMemberBase):
     ) -> None:
         self._hb_attempts = 0
         self._hb_retry_at = 0.0
-        self._unreleased_since = None
+        self._refused_since = None
         self._sent = fields
         if resp.member_id and resp.member_id != self.member_id:
             self._emit("member.member_id_changed", old=self.member_id, new=resp.member_id)

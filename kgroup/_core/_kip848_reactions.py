@@ -5,10 +5,15 @@ default branch). The rows follow Kafka 4.4.0's client (``next-protocols.md`` §1
 adds two to the spec's table: TOPIC_AUTHORIZATION_FAILED is reported without leaving the
 group, and GROUP_ID_NOT_FOUND is fatal except while the member is not in the group.
 
-One deviation (docs/design/deviations.md): UNRELEASED_INSTANCE_ID is retried with backoff
-for up to one broker session timeout before it is fatal. The instance id may still be held
-by this very member's previous incarnation (a lost join answer, or a rejoin after fencing),
-which the broker releases when that session expires; the Java client dies at once.
+Two deviations (docs/design/deviations.md):
+- UNRELEASED_INSTANCE_ID is retried with backoff for up to one broker session timeout
+  before it is fatal (row 16). The instance id may still be held by this very member's
+  previous incarnation (a lost join answer, or a rejoin after fencing), which the broker
+  releases when that session expires; the Java client dies at once.
+- GROUP_ID_NOT_FOUND answering a join (epoch 0) is retried the same way (row 19): Kafka
+  answers it when it cannot convert a classic group yet, e.g. while a kgroup
+  cooperative-sticky generation that awaits its follow-up rebalance is current (its
+  assignments carry kgroup's follow-up mark as user data, which the conversion refuses).
 """
 
 from __future__ import annotations

@@ -12,11 +12,10 @@ from typing import Any
 #: ``(test, broker, seed)`` -> reason: a schedule that finds a kgroup bug, run as
 #: ``xfail(strict=True)`` until the bug is fixed (see the report of issue 5).
 #:
-#: Not listed, as it fails on some runs only (a strict xfail would flake): Kafka seed 98
-#: (``--chaos-protocol migration-back``, not a default case) may fail invariant 3, the first
-#: consumer-protocol members raising GROUP_ID_NOT_FOUND ("unsupported custom assignor")
-#: while a follow-up-marked cooperative generation is current. The known bug of
-#: docs/limitations.md; its deterministic reproduction is the strict xfail
+#: Kafka seed 98 (``--chaos-protocol migration-back``, not a default case) once failed
+#: invariant 3: the first consumer-protocol members died of GROUP_ID_NOT_FOUND ("unsupported
+#: custom assignor") while a follow-up-marked cooperative generation was current. Fixed by
+#: deviation 19 (a refused join is retried); regression test:
 #: ``test_an_online_upgrade_is_not_refused_while_a_cooperative_generation_awaits_its_follow_up``.
 KNOWN_BUGS: dict[tuple[str, str, int], str] = {}
 

@@ -568,6 +568,51 @@ def test_group_id_not_found_is_fatal_in_the_group() -> None:
     assert isinstance(h.m.fatal, UnexpectedBrokerError)
 
 
+def test_a_join_refused_with_group_id_not_found_is_retried_for_a_session_then_fatal() -> None:
+    """Deviation 19: GROUP_ID_NOT_FOUND answering a join (a classic group Kafka cannot
+    convert yet) is retried with backoff, silently, until a run of such answers spans the
+    broker's session timeout; then it is fatal."""
+    h = Harness(settings={"session_timeout_ms": 45_000})
+    h.found()
+    h.poll()
+    sends = 0
+    while True:
+        action = h.hb()
+        if isinstance(action, HeartbeatWait):
+            h.at(action.until)
+            continue
+        if not isinstance(action, SendConsumerHeartbeat):
+            break
+        assert action.request.member_epoch == 0
+        sends += 1
+        h.answer(action, code=E.GROUP_ID_NOT_FOUND)
+        if h.state() is S.JOINING:
+            assert isinstance(h.poll(), PollIdle)  # nothing raised from poll() meanwhile
+    assert sends > 2
+    assert h.state() is S.FATAL
+    assert 45_000 <= h.now < 47_000
+    assert isinstance(h.m.fatal, UnexpectedBrokerError)
+    assert isinstance(h.poll(), RaiseError)
+
+
+def test_a_join_refused_with_group_id_not_found_gets_in_once_the_group_converts() -> None:
+    """Deviation 19: once the broker converts the group, the retried join goes on as any
+    join does, and a later refusal run starts a new window."""
+    h = Harness(settings={"session_timeout_ms": 45_000})
+    h.found()
+    h.poll()
+    h.answer(h.send(), code=E.GROUP_ID_NOT_FOUND)
+    action = h.hb()
+    assert isinstance(action, HeartbeatWait)  # backing off, not fatal
+    h.at(action.until)
+    h.at(30_000)
+    h.answer(h.send(), epoch=7, assigned=assignment((T1, (0,))))
+    assert h.state() is not S.FATAL
+    h.poll()
+    assert ("assigned", tp("t1", 0)) in h.calls
+    assert h.m._refused_since is None
+
+
 @pytest.mark.parametrize(
     ("code", "error"),
     [
