@@ -255,6 +255,30 @@ async def _log_end_offsets(
     return {TopicPartition(tp.topic, tp.partition): int(off) for tp, off in ends.items()}
 
 
+#: FindCoordinator answers that pass once the broker has loaded (or created) the group's
+#: offsets partition; a fresh Kafka broker gives them to the first group request.
+_COORDINATOR_NOT_READY = frozenset(
+    {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
+)
+
+
+async def _find_coordinator(
+    cluster: Any, group_id: str, *, sleep: Any = asyncio.sleep
+) -> FindCoordinatorResponse:
+    """FindCoordinator for ``group_id``, asked again (after 100 ms, doubling up to 1 s)
+    while the broker answers that the coordinator is not ready yet. The caller's timeout
+    bounds the retries."""
+    delay = 0.1
+    while True:
+        found: FindCoordinatorResponse = await cluster.find_coordinator(
+            FindCoordinatorRequest(group_id=group_id)
+        )
+        if found.error_code not in _COORDINATOR_NOT_READY:
+            return found
+        await sleep(delay)
+        delay = min(1.0, delay * 2)
+
+
 async def describe_group(
     bootstrap: str, group_id: str, *, timeout: float = 10.0, **config: Any
 ) -> GroupDescription:
@@ -272,9 +296,7 @@ async def describe_group(
     try:
         async with asyncio.timeout(timeout):
             try:
-                found: FindCoordinatorResponse = await cluster.find_coordinator(
-                    FindCoordinatorRequest(group_id=group_id)
-                )
+                found = await _find_coordinator(cluster, group_id)
             except CoordinatorError as exc:
                 raise BrokerUnreachable(str(exc)) from exc
             if found.error_code:

@@ -298,3 +298,50 @@ def test_text_output_of_a_stable_member_and_an_empty_group(
     )
     out = capsys.readouterr().out
     assert "STATE Empty" in out and "MEMBERS 0" in out and "MEMBER-ID" not in out
+
+
+class _Coordinators:
+    """A cluster whose FindCoordinator answers are scripted."""
+
+    def __init__(self, *codes: int) -> None:
+        self.codes = list(codes)
+        self.asked = 0
+
+    async def find_coordinator(self, request: Any) -> Any:
+        from kgroup._core._messages import FindCoordinatorResponse
+
+        self.asked += 1
+        code = self.codes.pop(0)
+        return FindCoordinatorResponse(error_code=code, node_id=1, host="b", port=9092)
+
+
+async def test_find_coordinator_is_asked_again_while_the_coordinator_is_not_ready() -> None:
+    """A fresh Kafka broker answers the first group request COORDINATOR_NOT_AVAILABLE while
+    it creates the offsets topic (a flaky CI run): describe asks again, backing off."""
+    from kgroup._errors import ErrorCode
+    from kgroup._inspect import _find_coordinator
+
+    cluster = _Coordinators(
+        ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, 0
+    )
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    found = await _find_coordinator(cluster, "g", sleep=sleep)
+    assert found.error_code == 0 and cluster.asked == 3
+    assert waits == [0.1, 0.2]
+
+
+async def test_find_coordinator_other_errors_are_not_retried() -> None:
+    from kgroup._errors import ErrorCode
+    from kgroup._inspect import _find_coordinator
+
+    cluster = _Coordinators(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+
+    async def sleep(seconds: float) -> None:
+        raise AssertionError("no retry")
+
+    found = await _find_coordinator(cluster, "g", sleep=sleep)
+    assert found.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED and cluster.asked == 1
