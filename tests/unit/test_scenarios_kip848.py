@@ -529,21 +529,32 @@ def test_coordinator_moved_looks_up_again_without_backoff(code: int) -> None:
     assert h.send().request.topic_partitions is not None  # full, at once
 
 
-def test_unreleased_instance_id_is_retried_for_a_session_then_fatal() -> None:
-    """Deviation: UNRELEASED_INSTANCE_ID is retried with backoff until the broker's session
-    timeout has passed since the first one, then fatal."""
-    h = Harness(settings={"instance_id": "i-1", "session_timeout_ms": 45_000})
+def refuse_joins(h: Harness, code: int) -> int:
+    """Answer every join ``h`` sends with ``code``, waiting out each backoff, until the member
+    stops sending; return how many joins it sent. Between answers, ``poll()`` reports
+    nothing (the refusals are retried silently)."""
     h.found()
     h.poll()
+    sends = 0
     while True:
         action = h.hb()
         if isinstance(action, HeartbeatWait):
             h.at(action.until)
             continue
         if not isinstance(action, SendConsumerHeartbeat):
-            break
+            return sends
         assert action.request.member_epoch == 0
-        h.answer(action, code=E.UNRELEASED_INSTANCE_ID)
+        sends += 1
+        h.answer(action, code=code)
+        if h.state() is S.JOINING:
+            assert isinstance(h.poll(), PollIdle)
+
+
+def test_unreleased_instance_id_is_retried_for_a_session_then_fatal() -> None:
+    """Deviation: UNRELEASED_INSTANCE_ID is retried with backoff until the broker's session
+    timeout has passed since the first one, then fatal."""
+    h = Harness(settings={"instance_id": "i-1", "session_timeout_ms": 45_000})
+    refuse_joins(h, E.UNRELEASED_INSTANCE_ID)
     assert h.state() is S.FATAL
     assert 45_000 <= h.now < 47_000
     assert isinstance(h.poll(), RaiseError)
@@ -573,22 +584,7 @@ def test_a_join_refused_with_group_id_not_found_is_retried_for_a_session_then_fa
     convert yet) is retried with backoff, silently, until a run of such answers spans the
     broker's session timeout; then it is fatal."""
     h = Harness(settings={"session_timeout_ms": 45_000})
-    h.found()
-    h.poll()
-    sends = 0
-    while True:
-        action = h.hb()
-        if isinstance(action, HeartbeatWait):
-            h.at(action.until)
-            continue
-        if not isinstance(action, SendConsumerHeartbeat):
-            break
-        assert action.request.member_epoch == 0
-        sends += 1
-        h.answer(action, code=E.GROUP_ID_NOT_FOUND)
-        if h.state() is S.JOINING:
-            assert isinstance(h.poll(), PollIdle)  # nothing raised from poll() meanwhile
-    assert sends > 2
+    assert refuse_joins(h, E.GROUP_ID_NOT_FOUND) > 2
     assert h.state() is S.FATAL
     assert 45_000 <= h.now < 47_000
     assert isinstance(h.m.fatal, UnexpectedBrokerError)
