@@ -51,6 +51,7 @@ from ._core._messages_describe import (
     DescribedConsumerGroup,
     DescribedTopicPartitions,
 )
+from ._core._reactions import REACTIONS, Api, Reaction
 from ._errors import (
     CoordinatorError,
     ErrorCode,
@@ -255,25 +256,21 @@ async def _log_end_offsets(
     return {TopicPartition(tp.topic, tp.partition): int(off) for tp, off in ends.items()}
 
 
-#: FindCoordinator answers that pass once the broker has loaded (or created) the group's
-#: offsets partition; a fresh Kafka broker gives them to the first group request.
-_COORDINATOR_NOT_READY = frozenset(
-    {ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
-)
-
-
 async def _find_coordinator(
     cluster: Any, group_id: str, *, sleep: Any = asyncio.sleep
 ) -> FindCoordinatorResponse:
     """FindCoordinator for ``group_id``, asked again (after 100 ms, doubling up to 1 s)
-    while the broker answers that the coordinator is not ready yet. The caller's timeout
-    bounds the retries."""
+    while the answer is one a member retries (spec §4.1's table: the coordinator is not
+    ready yet, e.g. on a fresh broker that is creating its offsets topic). The caller's
+    timeout bounds the retries."""
+    retried = REACTIONS[Api.FIND_COORDINATOR]
     delay = 0.1
     while True:
         found: FindCoordinatorResponse = await cluster.find_coordinator(
             FindCoordinatorRequest(group_id=group_id)
         )
-        if found.error_code not in _COORDINATOR_NOT_READY:
+        row = retried.get(found.error_code)
+        if row is None or row.reaction is not Reaction.RETRY_BACKOFF:
             return found
         await sleep(delay)
         delay = min(1.0, delay * 2)

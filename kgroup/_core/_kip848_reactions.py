@@ -3,7 +3,8 @@
 One table, :data:`HEARTBEAT_REACTIONS`; a code without a row is fatal (the Java client's
 default branch). The rows follow Kafka 4.4.0's client (``next-protocols.md`` §1), which
 adds two to the spec's table: TOPIC_AUTHORIZATION_FAILED is reported without leaving the
-group, and GROUP_ID_NOT_FOUND is fatal except while the member is not in the group.
+group, and GROUP_ID_NOT_FOUND is fatal except while the member leaves (and, below, for a
+join).
 
 Two deviations (docs/design/deviations.md):
 - UNRELEASED_INSTANCE_ID is retried with backoff for up to one broker session timeout
