@@ -256,22 +256,83 @@ async def _log_end_offsets(
     return {TopicPartition(tp.topic, tp.partition): int(off) for tp, off in ends.items()}
 
 
-async def _find_coordinator(
-    cluster: Any, group_id: str, *, sleep: Any = asyncio.sleep
-) -> FindCoordinatorResponse:
-    """FindCoordinator for ``group_id``, asked again (after 100 ms, doubling up to 1 s)
-    while the answer is one a member retries (spec §4.1's table: the coordinator is not
-    ready yet, e.g. on a fresh broker that is creating its offsets topic). The caller's
-    timeout bounds the retries."""
-    retried = REACTIONS[Api.FIND_COORDINATOR]
+#: The reaction table that judges a group-level answer to a read (ConsumerGroupDescribe,
+#: DescribeGroups, OffsetFetch): §4.7's, the one read a member makes of its group.
+_GROUP_READ = Api.OFFSET_FETCH
+
+
+def _not_ready(api: Api, code: int) -> bool:
+    """Whether a member would ask again after this answer (spec §4.1 and §4.7's tables):
+    the coordinator is loading, unavailable or elsewhere, as on a fresh broker that is
+    creating its offsets topic or moving a group's coordinator while it starts."""
+    row = REACTIONS[api].get(code)
+    return row is not None and row.reaction in (Reaction.RETRY_BACKOFF, Reaction.COORDINATOR_MOVED)
+
+
+class _NotReady(Exception):
+    """An answer that asks for the coordinator to be found again after a backoff."""
+
+
+@dataclass(frozen=True)
+class _Answers:
+    """What the group's coordinator said about it."""
+
+    where: str
+    consumer: DescribedConsumerGroup | None
+    described: DescribeGroupsResponse | None
+    fetched: OffsetFetchResponse
+
+
+async def _ask_once(cluster: Any, group_id: str, timeout_ms: int, open_conn: Any) -> _Answers:
+    found: FindCoordinatorResponse = await cluster.find_coordinator(
+        FindCoordinatorRequest(group_id=group_id)
+    )
+    if _not_ready(Api.FIND_COORDINATOR, found.error_code):
+        raise _NotReady(f"FindCoordinator: {ErrorCode.describe(found.error_code)}")
+    if found.error_code:
+        raise InspectError(
+            f"FindCoordinator for group {group_id!r}: {ErrorCode.describe(found.error_code)}",
+            found.error_code,
+        )
+    conn = await open_conn(found.host, found.port)
+    try:
+        consumer = await _consumer_group(conn, group_id, timeout_ms)
+        described: DescribeGroupsResponse | None = None
+        if consumer is None:
+            described = await conn.request(DescribeGroupsRequest(group_ids=(group_id,)), timeout_ms)
+            for g in described.groups:
+                if g.group_id == group_id and _not_ready(_GROUP_READ, g.error_code):
+                    raise _NotReady(f"DescribeGroups: {ErrorCode.describe(g.error_code)}")
+        fetched: OffsetFetchResponse = await conn.request(
+            OffsetFetchRequest(group_id=group_id, partitions=None, require_stable=False),
+            timeout_ms,
+        )
+        if _not_ready(_GROUP_READ, fetched.error_code):
+            raise _NotReady(f"OffsetFetch: {ErrorCode.describe(fetched.error_code)}")
+    finally:
+        await conn.aclose()
+    return _Answers(f"{found.host}:{found.port}", consumer, described, fetched)
+
+
+async def _ask_coordinator(
+    cluster: Any,
+    group_id: str,
+    timeout_ms: int,
+    open_conn: Any,
+    *,
+    waited_on: list[str],
+    sleep: Any = asyncio.sleep,
+) -> _Answers:
+    """Find the group's coordinator and ask it about the group. While an answer is one a
+    member would retry (:func:`_not_ready`), start again from FindCoordinator after 100 ms,
+    doubling up to 1 s; the caller's timeout bounds the retries. Each such answer is
+    appended to ``waited_on``, for the message should the timeout expire."""
     delay = 0.1
     while True:
-        found: FindCoordinatorResponse = await cluster.find_coordinator(
-            FindCoordinatorRequest(group_id=group_id)
-        )
-        row = retried.get(found.error_code)
-        if row is None or row.reaction is not Reaction.RETRY_BACKOFF:
-            return found
+        try:
+            return await _ask_once(cluster, group_id, timeout_ms, open_conn)
+        except _NotReady as exc:
+            waited_on.append(str(exc))
         await sleep(delay)
         delay = min(1.0, delay * 2)
 
@@ -290,44 +351,30 @@ async def describe_group(
         request_timeout_ms=timeout_ms,
         security=connection_kwargs(cfg),
     )
+
+    async def open_conn(host: str, port: int) -> BrokerConnection:
+        return await _open(cfg, host, port, timeout_ms)
+
+    waited_on: list[str] = []
     try:
         async with asyncio.timeout(timeout):
-            try:
-                found = await _find_coordinator(cluster, group_id)
-            except CoordinatorError as exc:
-                raise BrokerUnreachable(str(exc)) from exc
-            if found.error_code:
-                raise InspectError(
-                    f"FindCoordinator for group {group_id!r}: "
-                    f"{ErrorCode.describe(found.error_code)}",
-                    found.error_code,
-                )
-            where = f"{found.host}:{found.port}"
-            conn = await _open(cfg, found.host, found.port, timeout_ms)
-            try:
-                consumer = await _consumer_group(conn, group_id, timeout_ms)
-                if consumer is None:
-                    described: DescribeGroupsResponse = await conn.request(
-                        DescribeGroupsRequest(group_ids=(group_id,)), timeout_ms
-                    )
-                fetched: OffsetFetchResponse = await conn.request(
-                    OffsetFetchRequest(group_id=group_id, partitions=None, require_stable=False),
-                    timeout_ms,
-                )
-            finally:
-                await conn.aclose()
-            if consumer is None:
-                description = _describe(group_id, where, described, fetched)
+            answers = await _ask_coordinator(
+                cluster, group_id, timeout_ms, open_conn, waited_on=waited_on
+            )
+            if answers.consumer is not None:
+                description = _describe_consumer(answers.where, answers.consumer, answers.fetched)
             else:
-                description = _describe_consumer(where, consumer, fetched)
+                assert answers.described is not None
+                description = _describe(group_id, answers.where, answers.described, answers.fetched)
             if description.offsets:
                 tps = [TopicPartition(o.topic, o.partition) for o in description.offsets]
                 ends = await _log_end_offsets(cfg, tps, timeout_ms)
                 description = _with_lag(description, ends)
             return description
     except TimeoutError:
+        last = f"; the coordinator last answered {waited_on[-1]}" if waited_on else ""
         raise BrokerUnreachable(
-            f"describing group {group_id!r} via {bootstrap} took longer than {timeout:g} s"
+            f"describing group {group_id!r} via {bootstrap} took longer than {timeout:g} s{last}"
         ) from None
     except CoordinatorError as exc:
         raise BrokerUnreachable(str(exc)) from exc
@@ -437,6 +484,8 @@ async def _consumer_group(
         raise InspectError(f"ConsumerGroupDescribe did not answer for group {group_id!r}")
     if group.error_code in _NOT_A_CONSUMER_GROUP:
         return None
+    if _not_ready(_GROUP_READ, group.error_code):
+        raise _NotReady(f"ConsumerGroupDescribe: {ErrorCode.describe(group.error_code)}")
     if group.error_code:
         detail = f": {group.error_message}" if group.error_message else ""
         raise InspectError(

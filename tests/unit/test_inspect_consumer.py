@@ -315,33 +315,129 @@ class _Coordinators:
         return FindCoordinatorResponse(error_code=code, node_id=1, host="b", port=9092)
 
 
-async def test_find_coordinator_is_asked_again_while_the_coordinator_is_not_ready() -> None:
-    """A fresh Kafka broker answers the first group request COORDINATOR_NOT_AVAILABLE while
-    it creates the offsets topic (a flaky CI run): describe asks again, backing off."""
-    from kgroup._errors import ErrorCode
-    from kgroup._inspect import _find_coordinator
+class _GroupCoordinator:
+    """A coordinator connection answering each request from a script: one answer per
+    request, in order, for each of ConsumerGroupDescribe, DescribeGroups, OffsetFetch."""
 
-    cluster = _Coordinators(
-        ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, 0
+    def __init__(self, **answers: list[Any]) -> None:
+        self.api_versions = {68: (0, 1), 69: (0, 1)}
+        self.answers = answers
+        self.sent: list[str] = []
+        self.opened = self.closed = 0
+
+    async def request(self, message: Any, timeout_ms: float) -> Any:
+        name = type(message).__name__.removesuffix("Request")
+        self.sent.append(name)
+        return self.answers[name].pop(0)
+
+    async def open(self, host: str, port: int) -> Any:
+        assert (host, port) == ("b", 9092)
+        self.opened += 1
+        return self
+
+    async def aclose(self) -> None:
+        self.closed += 1
+
+
+def _classic(code: int) -> Any:
+    from kgroup._core._messages import DescribedGroup, DescribeGroupsResponse
+
+    described = DescribedGroup(
+        error_code=code, group_id="g", state="Stable", protocol_type="consumer", protocol="range"
     )
+    return DescribeGroupsResponse(groups=(described,))
+
+
+async def _ask(cluster: Any, conn: _GroupCoordinator) -> tuple[Any, list[float], list[str]]:
+    from kgroup._inspect import _ask_coordinator
+
     waits: list[float] = []
 
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    found = await _find_coordinator(cluster, "g", sleep=sleep)
-    assert found.error_code == 0 and cluster.asked == 3
-    assert waits == [0.1, 0.2]
+    waited_on: list[str] = []
+    answers = await _ask_coordinator(
+        cluster, "g", 1_000, conn.open, waited_on=waited_on, sleep=sleep
+    )
+    return answers, waits, waited_on
+
+
+async def test_find_coordinator_is_asked_again_while_the_coordinator_is_not_ready() -> None:
+    """A fresh Kafka broker answers the first group request COORDINATOR_NOT_AVAILABLE while
+    it creates the offsets topic (a flaky CI run): describe asks again, backing off."""
+    cluster = _Coordinators(
+        ErrorCode.COORDINATOR_NOT_AVAILABLE, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, 0
+    )
+    conn = _GroupCoordinator(
+        ConsumerGroupDescribe=[answer(group())], OffsetFetch=[OffsetFetchResponse()]
+    )
+    answers, waits, waited_on = await _ask(cluster, conn)
+    assert answers.consumer == group() and answers.where == "b:9092"
+    assert cluster.asked == 3 and waits == [0.1, 0.2]
+    assert waited_on == [
+        "FindCoordinator: COORDINATOR_NOT_AVAILABLE (15)",
+        "FindCoordinator: COORDINATOR_LOAD_IN_PROGRESS (14)",
+    ]
+    assert conn.opened == conn.closed == 1
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        # A fresh Kafka broker: FindCoordinator names a coordinator that then answers
+        # NOT_COORDINATOR to ConsumerGroupDescribe (a CI run failed on it).
+        {
+            "ConsumerGroupDescribe": [
+                answer(group(error_code=ErrorCode.NOT_COORDINATOR)),
+                answer(group()),
+            ],
+            "OffsetFetch": [OffsetFetchResponse()],
+        },
+        {
+            "ConsumerGroupDescribe": [
+                answer(group(error_code=ErrorCode.GROUP_ID_NOT_FOUND)),
+                answer(group(error_code=ErrorCode.GROUP_ID_NOT_FOUND)),
+            ],
+            "DescribeGroups": [_classic(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), _classic(0)],
+            "OffsetFetch": [OffsetFetchResponse()],
+        },
+        {
+            "ConsumerGroupDescribe": [answer(group()), answer(group())],
+            "OffsetFetch": [
+                OffsetFetchResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                OffsetFetchResponse(),
+            ],
+        },
+    ],
+    ids=["consumer-group-describe", "describe-groups", "offset-fetch"],
+)
+async def test_a_coordinator_that_is_not_ready_is_found_and_asked_again(
+    script: dict[str, list[Any]],
+) -> None:
+    cluster = _Coordinators(0, 0)
+    conn = _GroupCoordinator(**script)
+    answers, waits, waited_on = await _ask(cluster, conn)
+    assert cluster.asked == 2 and waits == [0.1] and len(waited_on) == 1
+    assert conn.opened == conn.closed == 2, "each round's connection is closed"
+    assert all(not remaining for remaining in conn.answers.values()), conn.answers
+    assert answers.fetched == OffsetFetchResponse()
 
 
 async def test_find_coordinator_other_errors_are_not_retried() -> None:
-    from kgroup._errors import ErrorCode
-    from kgroup._inspect import _find_coordinator
-
     cluster = _Coordinators(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    conn = _GroupCoordinator()
+    with pytest.raises(InspectError, match="GROUP_AUTHORIZATION_FAILED") as caught:
+        await _ask(cluster, conn)
+    assert caught.value.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED
+    assert cluster.asked == 1 and conn.opened == 0
 
-    async def sleep(seconds: float) -> None:
-        raise AssertionError("no retry")
 
-    found = await _find_coordinator(cluster, "g", sleep=sleep)
-    assert found.error_code == ErrorCode.GROUP_AUTHORIZATION_FAILED and cluster.asked == 1
+async def test_other_group_errors_are_not_retried() -> None:
+    cluster = _Coordinators(0)
+    conn = _GroupCoordinator(
+        ConsumerGroupDescribe=[answer(group(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED))]
+    )
+    with pytest.raises(InspectError, match="GROUP_AUTHORIZATION_FAILED"):
+        await _ask(cluster, conn)
+    assert cluster.asked == 1 and conn.opened == conn.closed == 1
