@@ -207,6 +207,12 @@ class BrokerConnection:
             await _discard(conn)
             detail = str(exc) if isinstance(exc, KGroupError) else repr(exc)
             raise CoordinatorError(f"cannot connect to {where}: {detail}") from exc
+        except BaseException:
+            # Cancelled mid-handshake (the member is closing): aiokafka closes gracefully,
+            # and a TLS close waits for the broker's close_notify, which may come after the
+            # event loop is gone, leaving the socket open. Abort it now instead.
+            _abort(conn)
+            raise
         return cls(conn, host, port)
 
     @property
@@ -399,23 +405,38 @@ class BrokerConnection:
         return fut
 
     async def aclose(self) -> None:
+        """Close, and wait (at most 5 s) until the socket is gone; a TLS connection whose
+        broker has not answered close_notify by then (or a cancelled wait) is aborted."""
         fut = self.close()
-        with contextlib.suppress(TimeoutError, Exception):  # socket teardown only
-            await asyncio.wait_for(asyncio.shield(fut), 5)
+        try:
+            with contextlib.suppress(TimeoutError, Exception):  # socket teardown only
+                await asyncio.wait_for(asyncio.shield(fut), 5)
+        finally:
+            if not fut.done() and self._conn.transport is not None:
+                self._conn.transport.abort()
 
 
 async def _discard(conn: StrictConnection) -> None:
     """Drop a connection that failed to open: abort its transport (no TLS close_notify
     exchange with a broker that just rejected us, which can take the TLS shutdown timeout)
     and wait, briefly, until the socket is gone, so that no socket outlives the failure."""
-    writer = conn._writer
-    transport = writer.transport if writer is not None else None
-    fut = conn.close()
-    if transport is None:
+    fut = _abort(conn)
+    if fut is None:
         return
-    transport.abort()
     with contextlib.suppress(TimeoutError, Exception):  # socket teardown only
         await asyncio.wait_for(asyncio.shield(fut), 1)
+
+
+def _abort(conn: StrictConnection) -> asyncio.Future[Any] | None:
+    """Close ``conn`` and abort its transport: the socket is closed in the event loop's
+    next step, without a TLS close_notify exchange. Returns the future that resolves once
+    it is gone, or None when no transport was ever made."""
+    transport = conn.transport
+    fut: asyncio.Future[Any] = conn.close()
+    if transport is None:
+        return None
+    transport.abort()
+    return fut
 
 
 def _describe(exc: BaseException) -> str:

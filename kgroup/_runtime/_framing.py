@@ -83,6 +83,9 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
         self.announced: int | None = None
         #: Set once the TCP connection is up and ApiVersions was sent (``connect``).
         self.version_lookup_sent = False
+        #: The transport ``connect`` made, kept after aiokafka's ``close`` lets go of it,
+        #: so that a failed or cancelled open can abort it.
+        self.transport: asyncio.Transport | None = None
         #: Called in the reader's own step right after a response future gets its result
         #: (``BrokerConnection.watch``): no extra event-loop step before the answer is used.
         self.on_answer: dict[asyncio.Future[Any], Callable[[], None]] = {}
@@ -172,6 +175,7 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
         """ApiVersions, as aiokafka's, but a malformed answer is a RemoteProtocolError
         (aiokafka asserts, ignores the error code and accepts negative versions)."""
         self.version_lookup_sent = True
+        self.transport = self._writer.transport
         response = await self.send(ApiVersionRequest())
         label = request_label(response)
         problem = None
