@@ -162,6 +162,14 @@ class Assignment:
         Bytes shorter than the 2-byte version header are an error, never an empty
         assignment: the leader left this member out (spec §6.4 step 2, scenario B17).
         """
+        assignment, _tail = cls.decode_with_tail(data)
+        return assignment
+
+    @classmethod
+    def decode_with_tail(cls, data: bytes | bytearray | memoryview) -> tuple[Assignment, bytes]:
+        """:meth:`decode`, and the bytes after the last field of the layout. Every reader
+        of the consumer protocol (Java's, librdkafka's, Kafka's own when it converts a
+        classic group) ignores such bytes, as it must to read newer versions."""
         r = Reader(data, "consumer protocol Assignment")
         if r.size < 2:
             raise RemoteProtocolError(
@@ -171,7 +179,7 @@ class Assignment:
         r.version()
         partitions = r.topic_partitions("assigned_partitions")
         user_data = r.nullable_bytes("user_data")
-        return cls(partitions=partitions, user_data=user_data)
+        return cls(partitions=partitions, user_data=user_data), r.rest()
 
 
 # --- encoding helpers ----------------------------------------------------------------------
@@ -265,6 +273,10 @@ class Reader:
     @property
     def size(self) -> int:
         return len(self._data)
+
+    def rest(self) -> bytes:
+        """The bytes not read yet."""
+        return self._data[self._pos :]
 
     def _fail(self, field: str, problem: str, offset: int | None = None) -> RemoteProtocolError:
         at = self._pos if offset is None else offset

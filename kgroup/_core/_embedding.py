@@ -43,13 +43,15 @@ CLAIMS_LOST_REJOIN = "claimed partitions were lost during the rebalance: re-join
 #: DEVIATION (spec §7.6; deviations.md row 12): when a member must give up something it
 #: claimed, its revocation is followed by another rebalance for certain (it rejoins soon
 #: after revoking). A kgroup leader then marks every assignment of the generation with
-#: these bytes (the consumer Assignment's user data, when the assignor set none; a flag in
-#: kgroup's own assignment layout). A kgroup member that reads them and revokes nothing
-#: expects that rebalance (``Completion.follow_up``): it heartbeats faster until the
-#: coordinator announces it, instead of learning of it one heartbeat interval later, and
-#: rejoins by itself if it has not started within an interval. Other clients ignore
-#: assignment user data they do not expect (the Java, librdkafka and kafka-python sticky
-#: assignors read only the partitions).
+#: these bytes (after the last field of the consumer Assignment; a flag in kgroup's own
+#: assignment layout). A kgroup member that reads them and revokes nothing expects that
+#: rebalance (``Completion.follow_up``): it heartbeats faster until the coordinator
+#: announces it, instead of learning of it one heartbeat interval later, and rejoins by
+#: itself if it has not started within an interval. Every other reader of the consumer
+#: protocol ignores bytes after the layout it knows (Java's, librdkafka's, kafka-python's,
+#: and Kafka's own when it converts a classic group to a consumer group, which refuses a
+#: group whose assignments carry user data: where kgroup 0.x leaders wrote this mark, and
+#: where a member still recognises it).
 FOLLOW_UP_MARKER = b"kgroup/follow-up-rebalance/1"
 
 
@@ -254,14 +256,11 @@ class ConsumerEmbedding:
             {m.member_id: frozenset(m.subscription.owned_partitions) for m in subscriptions},
             {mid: frozenset(a.partitions) for mid, a in result.items()},
         )
+        mark = FOLLOW_UP_MARKER if follow_up else b""
         out: dict[str, bytes] = {}
         for member in subscriptions:
             assignment = result.get(member.member_id) or Assignment(partitions=(), user_data=None)
-            if follow_up and assignment.user_data is None:
-                assignment = Assignment(
-                    partitions=assignment.partitions, user_data=FOLLOW_UP_MARKER
-                )
-            out[member.member_id] = assignment.encode()
+            out[member.member_id] = assignment.encode() + mark
         unknown = set(result) - set(out)
         if unknown:
             raise AssignmentError(
@@ -294,7 +293,7 @@ class ConsumerEmbedding:
                 "member out of the assignment"
             )
         try:
-            assignment = Assignment.decode(data)
+            assignment, tail = Assignment.decode_with_tail(data)
         except RemoteProtocolError as exc:
             raise AssignmentError(f"malformed assignment from the leader: {exc}") from exc
         if not any(a.name == generation.protocol_name for a in self.assignors):
@@ -302,8 +301,9 @@ class ConsumerEmbedding:
                 f"the group uses assignor {generation.protocol_name!r}, which this member does "
                 f"not have ({', '.join(a.name for a in self.assignors)})"
             )
-        follow_up = assignment.user_data == FOLLOW_UP_MARKER
-        if follow_up:  # kgroup's, not the assignor's: the assignor set no user data
+        follow_up = tail == FOLLOW_UP_MARKER
+        if assignment.user_data == FOLLOW_UP_MARKER:  # where earlier kgroup leaders put it
+            follow_up = True
             assignment = Assignment(partitions=assignment.partitions, user_data=None)
         assigned = frozenset(assignment.partitions)
         if any(tp.topic not in self.topics for tp in assigned):

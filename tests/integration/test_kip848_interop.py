@@ -399,15 +399,18 @@ async def test_online_migration_classic_to_consumer_and_back_exactly_once(
     assert any(outside)
 
 
+@pytest.mark.parametrize("upgrader", ["kgroup", "java"])
 async def test_an_online_upgrade_is_not_refused_while_a_cooperative_generation_awaits_its_follow_up(
-    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, upgrader: str
 ) -> None:
     """A classic cooperative-sticky group of two kgroup members in a generation where one
-    still revokes what moves to the other (a follow-up rebalance is certain): a
-    consumer-protocol member joins then. Kafka refuses to convert the group while that
-    generation's assignments carry kgroup's follow-up mark (GROUP_ID_NOT_FOUND, chaos seed
-    98); the joining member retries (deviation 19) and gets in once the follow-up has
-    ended it, and nobody's poll() raises."""
+    still revokes what moves to the other (a follow-up rebalance is certain, and kgroup's
+    leader has marked every assignment): a consumer-protocol member joins then, a kgroup
+    one or a Java one. Kafka converts the group at once, while the revocation is still in
+    progress: the mark follows the Assignment's fields, where Kafka's conversion does not
+    look (deviation 12). As user data, it made Kafka refuse with GROUP_ID_NOT_FOUND (chaos
+    seed 98), which killed a Java member. The upgrader then gets partitions, and nobody's
+    poll() fails."""
     from kgroup import GroupMember
 
     topic = make_topic(4)
@@ -433,6 +436,9 @@ async def test_an_online_upgrade_is_not_refused_while_a_cooperative_generation_a
     first = GroupMember(classic, listener=HoldsItsRevocation())
     second = GroupMember(classic)
     upgrading = GroupMember(consumer_config(kafka_broker, unique_group, topic, session_ms=6_000))
+    java = JavaMember(
+        kafka_broker.bootstrap, unique_group, topic, protocol="consumer", client_id="upgrader"
+    )
     errors: list[str] = []
 
     async def poll_loop(member: GroupMember) -> None:
@@ -443,11 +449,16 @@ async def test_an_online_upgrade_is_not_refused_while_a_cooperative_generation_a
                 errors.append(f"{type(exc).__name__}: {exc}")
                 await release.wait()  # stop on the first error, until the end
 
-    def converted() -> bool:
-        return any(
-            "Converted the classic group to a consumer group" in line
-            for line in broker_log_lines(kafka_broker, unique_group, log_start)
-        )
+    def failures() -> list[str]:
+        return errors + [str(e) for e in java.events if e.get("event") == "error"]
+
+    def broker_says(text: str) -> bool:
+        return any(text in line for line in broker_log_lines(kafka_broker, unique_group, log_start))
+
+    def upgrader_assigned() -> bool:
+        if upgrader == "kgroup":
+            return bool(upgrading.assignment)
+        return bool(java.assignment)
 
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -458,25 +469,35 @@ async def test_an_online_upgrade_is_not_refused_while_a_cooperative_generation_a
         tasks.append(asyncio.create_task(poll_loop(second)))
         async with asyncio.timeout(30):
             await revoking.wait()  # the generation's follow-up waits for the first to rejoin
-        await upgrading.start()
-        tasks.append(asyncio.create_task(poll_loop(upgrading)))
-
-        def refused() -> bool:
-            return any(
-                "Cannot upgrade classic group" in line
-                for line in broker_log_lines(kafka_broker, unique_group, log_start)
-            )
-
-        await until(lambda: bool(errors) or refused(), timeout=20, what="a refused upgrade")
-        assert errors == []
-        release.set()  # the revocation ends: the follow-up rebalance can end the generation
-        await until(lambda: bool(errors) or converted(), timeout=30, what="conversion or error")
+        if upgrader == "kgroup":
+            await upgrading.start()
+            tasks.append(asyncio.create_task(poll_loop(upgrading)))
+        else:
+            await java.start()
+        await until(
+            lambda: (
+                bool(failures())
+                or broker_says("Cannot upgrade classic group")
+                or broker_says("Converted the classic group to a consumer group")
+            ),
+            timeout=30,
+            what="the upgrade converted or refused",
+        )
+        assert not broker_says("Cannot upgrade classic group"), "Kafka refused the upgrade"
+        assert failures() == []
+        assert not release.is_set() and broker_says("Converted the classic group")
+        release.set()  # the revocation ends
+        await until(
+            lambda: bool(failures()) or upgrader_assigned(),
+            timeout=30,
+            what="the upgrader gets partitions",
+        )
     finally:
         release.set()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await java.close()
         for member in (upgrading, second, first):
             await member.close()
-    assert errors == []
-    assert converted()
+    assert failures() == []

@@ -224,6 +224,15 @@ def test_higher_assignment_version_ignores_trailing_bytes() -> None:
     assert Assignment.decode(v9) == Assignment.decode(ASG_V3)
 
 
+def test_the_bytes_after_an_assignment_are_returned_apart() -> None:
+    """Where a kgroup leader puts its follow-up mark (deviations.md row 12)."""
+    assert Assignment.decode_with_tail(ASG_V3) == (Assignment.decode(ASG_V3), b"")
+    v3 = ASG_V3 + b"\x00\x07future"
+    assert Assignment.decode_with_tail(v3) == (Assignment.decode(ASG_V3), b"\x00\x07future")
+    with pytest.raises(RemoteProtocolError, match="shorter than the 2-byte version header"):
+        Assignment.decode_with_tail(b"\x00")
+
+
 def test_trailing_bytes_after_a_known_version_are_ignored_like_java() -> None:
     assert Subscription.decode(SUB_V0 + b"\x00\x00\x00\x00") == Subscription.decode(SUB_V0)
 

@@ -40,16 +40,24 @@ def tps(*partitions: int) -> tuple[TopicPartition, ...]:
     return tuple(TP("t", p) for p in partitions)
 
 
+def marked(assignment: Assignment) -> bytes:
+    """An assignment as a kgroup leader marks it."""
+    return assignment.encode() + FOLLOW_UP_MARKER
+
+
 @pytest.mark.parametrize("name", ["cooperative-sticky", "sticky", "range"])
 def test_leader_marks_every_assignment_when_a_member_gives_up_a_claim(name: str) -> None:
     leader = ConsumerEmbedding(["t"], [name])
     out = leader.assign(name, [join("a", tps(0, 1, 2, 3), 1), join("b")], {"t": 4})
-    decoded = {m: Assignment.decode(b) for m, b in out.items()}
-    assert {m: a.user_data for m, a in decoded.items()} == {
+    decoded = {m: Assignment.decode_with_tail(b) for m, b in out.items()}
+    # After the Assignment's last field, where every other reader ignores it; never as
+    # user data, which Kafka refuses to convert to a consumer group (deviation 12).
+    assert {m: tail for m, (_, tail) in decoded.items()} == {
         "a": FOLLOW_UP_MARKER,
         "b": FOLLOW_UP_MARKER,
     }
-    assert len(decoded["a"].partitions) == 2  # a gives up two of its four claims
+    assert all(a.user_data is None for a, _ in decoded.values())
+    assert len(decoded["a"][0].partitions) == 2  # a gives up two of its four claims
 
 
 @pytest.mark.parametrize("name", ["cooperative-sticky", "range"])
@@ -57,9 +65,9 @@ def test_no_mark_when_every_claim_is_kept(name: str) -> None:
     leader = ConsumerEmbedding(["t"], [name])
     first = leader.assign(name, [join("a"), join("b")], {"t": 4})
     owned = {m: Assignment.decode(b).partitions for m, b in first.items()}
-    assert all(Assignment.decode(b).user_data is None for b in first.values())
+    assert all(b == Assignment.decode(b).encode() for b in first.values())
     again = leader.assign(name, [join(m, owned[m], 1) for m in ("a", "b")], {"t": 4})
-    assert all(Assignment.decode(b).user_data is None for b in again.values())
+    assert all(b == Assignment.decode(b).encode() for b in again.values())
 
 
 def test_follower_rejoins_at_once_and_its_assignor_never_sees_the_mark() -> None:
@@ -79,18 +87,23 @@ def test_follower_rejoins_at_once_and_its_assignor_never_sees_the_mark() -> None
 
     member = ConsumerEmbedding(["t"], [Recording()])
     generation = Generation(2, "b", "recording")
-    marked = Assignment(partitions=tps(2), user_data=FOLLOW_UP_MARKER).encode()
-    completion = member.complete(generation, marked)
+    completion = member.complete(generation, marked(Assignment(partitions=tps(2))))
     assert completion.follow_up and completion.rejoin_reason is None
     assert completion.assignment == frozenset(tps(2))
     plain = Assignment(partitions=tps(2)).encode()
     assert not member.complete(Generation(3, "b", "recording"), plain).follow_up
-    assert seen == [None, None]
+    # Where kgroup leaders before it put the mark: the user data, when the assignor set none.
+    legacy = Assignment(partitions=tps(2), user_data=FOLLOW_UP_MARKER).encode()
+    assert member.complete(Generation(4, "b", "recording"), legacy).follow_up
+    # Bytes after the layout that are not the mark mean nothing (a newer version's fields).
+    other = Assignment(partitions=tps(2)).encode() + b"\x00\x01"
+    assert not member.complete(Generation(5, "b", "recording"), other).follow_up
+    assert seen == [None, None, None, None]
 
 
-def test_an_assignors_own_user_data_is_never_replaced() -> None:
-    """A custom assignor that writes assignment user data keeps it; its members then rejoin
-    at their next heartbeat, as with any other client's leader."""
+def test_an_assignors_own_user_data_is_kept_and_the_mark_follows_it() -> None:
+    """A custom assignor that writes assignment user data keeps it; the mark comes after
+    it, so its members expect the follow-up too."""
 
     class WithUserData(BaseAssignor):
         name = "with-user-data"
@@ -108,11 +121,14 @@ def test_an_assignors_own_user_data_is_never_replaced() -> None:
 
     leader = ConsumerEmbedding(["t"], [WithUserData()])
     out = leader.assign("with-user-data", [join("a", tps(0), 1), join("b")], {"t": 1})
-    assert Assignment.decode(out["a"]).user_data == b"mine"
-    assert Assignment.decode(out["b"]).user_data == FOLLOW_UP_MARKER
+    assert Assignment.decode_with_tail(out["a"]) == (
+        Assignment(partitions=(), user_data=b"mine"),
+        FOLLOW_UP_MARKER,
+    )
+    assert Assignment.decode_with_tail(out["b"]) == (Assignment(partitions=()), FOLLOW_UP_MARKER)
     follower = ConsumerEmbedding(["t"], [WithUserData()])
     completion = follower.complete(Generation(2, "a", "with-user-data"), out["a"])
-    assert not completion.follow_up
+    assert completion.follow_up
 
 
 def test_eager_groups_are_never_marked() -> None:
@@ -205,8 +221,7 @@ def follower_with_mark(h: Any, name: str) -> None:
     h.prepare(lost=False)
     h.send_join()
     h.join_response(generation=2, member_id="B", leader="A", protocol_name=name)
-    marked = Assignment(partitions=(), user_data=FOLLOW_UP_MARKER).encode()
-    h.sync_response(assignment=marked, protocol_name=name)
+    h.sync_response(assignment=marked(Assignment(partitions=())), protocol_name=name)
     completion = h.complete()
     assert completion.follow_up
 
@@ -271,8 +286,9 @@ def test_a_revoking_member_rejoins_at_once_and_expects_nothing(make_harness, coo
     h.prepare(lost=False)
     h.send_join()
     h.join_response(generation=2, member_id="B", leader="A", protocol_name=name)
-    marked = Assignment(partitions=tuple(h.tps("t", 0)), user_data=FOLLOW_UP_MARKER).encode()
-    h.sync_response(assignment=marked, protocol_name=name)
+    h.sync_response(
+        assignment=marked(Assignment(partitions=tuple(h.tps("t", 0)))), protocol_name=name
+    )
     completion = h.complete()
     assert completion.follow_up
     assert h.core.rejoin_reason == "need to revoke partitions and re-join"

@@ -81,46 +81,55 @@ def join(
     return JoinGroupMember(member_id=member_id, group_instance_id=None, metadata=sub.encode())
 
 
-def assign(members: Sequence[JoinGroupMember], partitions: int = 12) -> dict[str, Assignment]:
+def assign(
+    members: Sequence[JoinGroupMember], partitions: int = 12, *, marks: list[bytes] | None = None
+) -> dict[str, Assignment]:
+    """The leader's assignments, decoded; ``marks`` gets the bytes after each."""
     leader = ConsumerEmbedding([TOPIC], ["cooperative-sticky"])
     out = leader.assign("cooperative-sticky", members, {TOPIC: partitions})
-    return {mid: Assignment.decode(data) for mid, data in out.items()}
+    decoded = {mid: Assignment.decode_with_tail(data) for mid, data in out.items()}
+    if marks is not None:
+        marks.extend(tail for _, tail in decoded.values())
+    return {mid: assignment for mid, (assignment, _) in decoded.items()}
 
 
 def test_the_leader_gives_a_leaver_nothing_and_withholds_what_it_owned() -> None:
+    marks: list[bytes] = []
     out = assign(
         [
             join("a", tps(0, 1, 2, 3), 4),
             join("b", tps(4, 5, 6, 7), 4),
             join("c", tps(8, 9, 10, 11), 4, leaving=True),
-        ]
+        ],
+        marks=marks,
     )
     assert out["c"].partitions == ()
     assert set(out["a"].partitions) == set(tps(0, 1, 2, 3))  # survivors keep theirs
     assert set(out["b"].partitions) == set(tps(4, 5, 6, 7))
-    assert all(a.user_data == FOLLOW_UP_MARKER for a in out.values())
+    assert marks == [FOLLOW_UP_MARKER] * 3
     # The follow-up (the leaver gone) balances its partitions among the others.
-    again = assign(
-        [join(mid, out[mid].partitions, 5) for mid in ("a", "b")],
-    )
+    marks.clear()
+    again = assign([join(mid, out[mid].partitions, 5) for mid in ("a", "b")], marks=marks)
     assert {len(a.partitions) for a in again.values()} == {6}
     assert set(again["a"].partitions) >= set(tps(0, 1, 2, 3))
-    assert all(a.user_data is None for a in again.values())
+    assert marks == [b"", b""]
 
 
 def test_balance_among_the_others_is_as_if_the_leaver_were_absent() -> None:
     """The others' target is what it would be without the leaver: a survivor that held
     less than its share keeps its claims and gets the free partitions."""
+    marks: list[bytes] = []
     out = assign(
         [
             join("a", tps(0, 1), 4),
             join("b", tps(2, 3, 4, 5, 6), 4, leaving=True),
         ],
         partitions=8,
+        marks=marks,
     )
     assert out["b"].partitions == ()
     assert set(out["a"].partitions) == set(tps(0, 1, 7))  # 7 was free; b's are withheld
-    assert all(a.user_data == FOLLOW_UP_MARKER for a in out.values())
+    assert marks == [FOLLOW_UP_MARKER] * 2
 
 
 def test_a_lone_leaver_gets_nothing() -> None:
@@ -172,7 +181,7 @@ def test_the_leavers_completion_revokes_everything() -> None:
     emb.owned = frozenset(tps(0, 1))
     emb.begin_handoff(Generation(3, "a", "cooperative-sticky"))
     emb.metadata(Generation(3, "a", "cooperative-sticky"))
-    empty = Assignment(partitions=(), user_data=FOLLOW_UP_MARKER).encode()
+    empty = Assignment(partitions=()).encode() + FOLLOW_UP_MARKER
     completion = emb.complete(Generation(4, "a", "cooperative-sticky"), empty)
     assert [(c.callback, c.partitions) for c in completion.calls] == [
         ("on_partitions_revoked", frozenset(tps(0, 1))),
