@@ -19,7 +19,7 @@ kernel's peak resident set) of the measured process and of each of its descendan
 driver's JVM), keeps each process's highest, and reports their sum: for the Spark job that
 is the Python driver plus the JVM (in local mode the JVM is driver and executors at once),
 an upper bound of the peak of their sum. The JVM runs with the job's own settings for a
-local master (``kgroup.analytics.job.LOCAL_DEFAULTS``: a 512 MiB heap, the parallel
+local master (``kgroup.analytics.job.LOCAL_DEFAULTS``: a 512 MiB heap, the serial
 collector, bounded code cache, metaspace and thread stacks), as a user gets them;
 ``--driver-memory`` and ``--driver-java-options`` override them. The
 reference runs up to 2M events (``--reference-max-events``): it holds every event in
