@@ -50,8 +50,8 @@ CLAIMS_LOST_REJOIN = "claimed partitions were lost during the rebalance: re-join
 #: itself if it has not started within an interval. Every other reader of the consumer
 #: protocol ignores bytes after the layout it knows (Java's, librdkafka's, kafka-python's,
 #: and Kafka's own when it converts a classic group to a consumer group, which refuses a
-#: group whose assignments carry user data: where kgroup 0.x leaders wrote this mark, and
-#: where a member still recognises it).
+#: group whose assignments carry user data: where earlier kgroup leaders wrote this mark,
+#: and where a member still recognises it).
 FOLLOW_UP_MARKER = b"kgroup/follow-up-rebalance/1"
 
 
