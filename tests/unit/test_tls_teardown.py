@@ -19,7 +19,6 @@ import subprocess
 import warnings
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -58,22 +57,26 @@ async def _cancel_the_rest() -> None:
     await asyncio.gather(*pending, return_exceptions=True)
 
 
-def _run(
-    certificate: tuple[Path, Path], answer: Answer | None, client: Callable[[Any], Awaitable[None]]
-) -> list[str]:
-    """Serve TLS on a fresh loop, run ``client(open_connection)``, close the loop, and
-    return the ResourceWarnings about sockets of the client's port."""
+Client = Callable[[Callable[[], Awaitable[BrokerConnection]], asyncio.Event], Awaitable[None]]
+
+
+def _run(certificate: tuple[Path, Path], answer: Answer | None, client: Client) -> list[str]:
+    """Serve TLS on a fresh loop, run ``client(open_connection, asked)`` (``asked`` is set
+    once the server has read the ApiVersions request), close the loop, and return the
+    ResourceWarnings about sockets of the client's port."""
     cert, key = certificate
     client_ports: list[int] = []
 
     async def scenario() -> list[asyncio.StreamWriter]:
         served: list[asyncio.StreamWriter] = []
+        asked = asyncio.Event()
 
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             served.append(writer)
             client_ports.append(writer.get_extra_info("peername")[1])
             size = int.from_bytes(await reader.readexactly(4), "big")
             header = await reader.readexactly(size)
+            asked.set()
             if answer is not None:
                 writer.write(answer(int.from_bytes(header[4:8], "big")))
             writer.transport.pause_reading()  # type: ignore[attr-defined]  # never sees the close_notify
@@ -93,7 +96,7 @@ def _run(
                 security={"security_protocol": "SSL", "ssl_context": trust},
             )
 
-        await client(open_connection)
+        await client(open_connection, asked)
         server.close()
         return served
 
@@ -124,9 +127,12 @@ def test_an_open_cancelled_during_the_handshake_leaves_no_socket(
 ) -> None:
     """The member is closed while its connection waits for ApiVersions."""
 
-    async def client(open_connection: Callable[[], Awaitable[BrokerConnection]]) -> None:
+    async def client(
+        open_connection: Callable[[], Awaitable[BrokerConnection]], asked: asyncio.Event
+    ) -> None:
         opening = asyncio.ensure_future(open_connection())
-        await asyncio.sleep(0.5)  # the ApiVersions request is out; no answer is coming
+        async with asyncio.timeout(10):
+            await asked.wait()  # the ApiVersions request is out; no answer is coming
         assert not opening.done()
         opening.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -141,7 +147,9 @@ def test_an_open_that_fails_leaves_no_socket(certificate: tuple[Path, Path]) -> 
     def malformed(correlation_id: int) -> bytes:
         return struct.pack(">i", 2) + b"\x00\x00"  # too short for a response header
 
-    async def client(open_connection: Callable[[], Awaitable[BrokerConnection]]) -> None:
+    async def client(
+        open_connection: Callable[[], Awaitable[BrokerConnection]], asked: asyncio.Event
+    ) -> None:
         with pytest.raises(CoordinatorError, match="cannot connect"):
             await open_connection()
 
@@ -152,7 +160,9 @@ def test_a_closed_connection_leaves_no_socket(certificate: tuple[Path, Path]) ->
     """An open connection is closed; the broker never answers the close_notify, so aclose
     gives up waiting after 5 s and aborts."""
 
-    async def client(open_connection: Callable[[], Awaitable[BrokerConnection]]) -> None:
+    async def client(
+        open_connection: Callable[[], Awaitable[BrokerConnection]], asked: asyncio.Event
+    ) -> None:
         conn = await open_connection()
         assert conn.api_versions == {18: (0, 0), 10: (0, 1)}
         transport = conn._conn.transport
