@@ -335,8 +335,8 @@ class HeartbeatDriver(ConsumerMemberBase):
         self._emit("member.heartbeat_failed", error=ErrorCode.describe(code))
         self._sent = None
         # Deviation 19: a join refused with GROUP_ID_NOT_FOUND may be a classic group that
-        # Kafka cannot convert yet (a kgroup cooperative-sticky generation that awaits its
-        # follow-up rebalance carries user data in its assignments): retried as deviation 16
+        # Kafka cannot convert yet (its current assignments carry user data: a custom
+        # assignor's, or an earlier kgroup leader's follow-up mark): retried as deviation 16
         # retries UNRELEASED_INSTANCE_ID.
         refused_join = (
             reaction is R.GROUP_NOT_FOUND

@@ -12,9 +12,9 @@ Two deviations (docs/design/deviations.md):
   previous incarnation (a lost join answer, or a rejoin after fencing), which the broker
   releases when that session expires; the Java client dies at once.
 - GROUP_ID_NOT_FOUND answering a join (epoch 0) is retried the same way (row 19): Kafka
-  answers it when it cannot convert a classic group yet, e.g. while a kgroup
-  cooperative-sticky generation that awaits its follow-up rebalance is current (its
-  assignments carry kgroup's follow-up mark as user data, which the conversion refuses).
+  answers it when it cannot convert a classic group yet: while its current assignments
+  carry user data (a custom assignor's, or the follow-up mark of a cooperative-sticky
+  generation from a kgroup leader before 2026-11-26, which wrote it there).
 """
 
 from __future__ import annotations
