@@ -1,0 +1,173 @@
+"""Topics that change under a running group, on Apache Kafka 4.4.0, on both protocols:
+partitions added, a subscribed topic created only after the members joined, a topic that
+starts matching a pattern, and a subscribed topic deleted while its partitions are owned.
+
+On the ``classic`` protocol the leader's metadata watch notices the change and starts a
+rebalance (spec §7.7); on the ``consumer`` protocol (KIP-848) the broker notices it and
+sends new targets, which the members resolve by topic id through Metadata (§10.5). Either
+way the group must end up owning exactly the partitions that exist, each once, with no
+error surfacing from ``poll()``. Every MemberGroup checks on exit that no partition was
+held by two members at once.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+
+from kgroup import GroupConfig, TopicPartition
+from kgroup.testing import KafkaBroker
+from kgroup.testing._members import MemberGroup, MemberRunner
+from tests.integration.conftest import group_config
+from tests.integration.test_kip848 import consumer_config
+
+T = TopicPartition
+
+PROTOCOLS = ["classic", "consumer"]
+
+
+def config(
+    broker: KafkaBroker, group: str, topics: list[str], protocol: str, **overrides: Any
+) -> GroupConfig:
+    """A member of ``group`` on ``protocol``; the classic leader re-reads metadata every
+    500 ms (the consumer protocol's broker watches its own metadata)."""
+    if protocol == "classic":
+        overrides.setdefault("metadata_max_age_ms", 500)
+        return group_config(broker, group, "", topics=topics, **overrides)
+    return consumer_config(broker, group, "", topics=topics, **overrides)
+
+
+def holds(runners: list[MemberRunner], expected: set[TopicPartition]) -> bool:
+    """Every runner STABLE; together they hold exactly ``expected``, each partition once."""
+    seen = [tp for r in runners for tp in r.assignment]
+    return (
+        all(r.stable for r in runners)
+        and len(seen) == len(set(seen)) == len(expected)
+        and set(seen) == expected
+    )
+
+
+def every(topic: str, count: int) -> set[TopicPartition]:
+    return {T(topic, p) for p in range(count)}
+
+
+async def admin_of(broker: KafkaBroker) -> AIOKafkaAdminClient:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    await admin.start()
+    return admin
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_partitions_added_are_shared_out(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, protocol: str
+) -> None:
+    topic = make_topic(2)
+    cfg = config(kafka_broker, unique_group, [topic], protocol)
+    async with MemberGroup() as group:
+        runners = [await group.start(cfg) for _ in range(2)]
+        await group.wait_until(lambda: holds(runners, every(topic, 2)), timeout=60, what="2")
+        admin = await admin_of(kafka_broker)
+        try:
+            await admin.create_partitions({topic: NewPartitions(total_count=6)})
+        finally:
+            await admin.close()
+        await group.wait_until(
+            lambda: (
+                holds(runners, every(topic, 6))
+                and sorted(len(r.assignment) for r in runners) == [3, 3]
+            ),
+            timeout=60,
+            what="6 shared 3/3",
+        )
+        assert not any(r.errors for r in runners)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_topic_created_after_the_members_joined_is_taken(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, protocol: str
+) -> None:
+    """Two topics are subscribed; one exists, the other is created once both members own
+    the first's partitions. Its partitions are shared out too."""
+    present = make_topic(2)
+    later = f"later-{uuid.uuid4().hex[:10]}"
+    cfg = config(kafka_broker, unique_group, [present, later], protocol)
+    async with MemberGroup() as group:
+        runners = [await group.start(cfg) for _ in range(2)]
+        await group.wait_until(
+            lambda: holds(runners, every(present, 2)), timeout=60, what="the present topic"
+        )
+        await kafka_broker.create_topic_async(later, 4)
+        await group.wait_until(
+            lambda: holds(runners, every(present, 2) | every(later, 4)),
+            timeout=60,
+            what="the later topic too",
+        )
+        assert not any(r.errors for r in runners)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_pattern_takes_a_topic_created_after_the_members_joined(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, protocol: str
+) -> None:
+    """On the consumer protocol the broker resolves the pattern (RE2/J, whole names) and
+    re-resolves it when its metadata changes, at most every 10 s (Kafka 4.4.0's
+    ``REGEX_BATCH_REFRESH_MIN_INTERVAL_MS``): the new topic is taken well within a minute,
+    not at the ten-minute ``group.consumer.regex.refresh.interval.ms``."""
+    prefix = f"pat-{uuid.uuid4().hex[:8]}"
+    first = make_topic(2, name=f"{prefix}-a")
+    cfg = config(kafka_broker, unique_group, [], protocol, topic_pattern=rf"{prefix}-.*")
+    async with MemberGroup() as group:
+        runners = [await group.start(cfg) for _ in range(2)]
+        await group.wait_until(lambda: holds(runners, every(first, 2)), timeout=60, what="a")
+        second = f"{prefix}-b"
+        await kafka_broker.create_topic_async(second, 3)
+        await group.wait_until(
+            lambda: holds(runners, every(first, 2) | every(second, 3)),
+            timeout=60,
+            what="b too",
+        )
+        assert not any(r.errors for r in runners)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_deleted_topic_is_given_up_and_the_rest_kept(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, protocol: str
+) -> None:
+    """Two members own two topics' partitions; one topic is deleted. They give its
+    partitions up (revoked or lost: the partitions no longer exist) and keep sharing the
+    other's, with no error from ``poll()``; a member that joins afterwards is given only
+    partitions that exist."""
+    kept, doomed = make_topic(4), make_topic(2)
+    cfg = config(kafka_broker, unique_group, [kept, doomed], protocol)
+    async with MemberGroup() as group:
+        runners = [await group.start(cfg) for _ in range(2)]
+        await group.wait_until(
+            lambda: holds(runners, every(kept, 4) | every(doomed, 2)), timeout=60, what="both"
+        )
+        admin = await admin_of(kafka_broker)
+        try:
+            await admin.delete_topics([doomed])
+        finally:
+            await admin.close()
+        await group.wait_until(
+            lambda: holds(runners, every(kept, 4)), timeout=60, what="only the kept topic"
+        )
+        gave_up = {
+            tp
+            for r in runners
+            for e in r.events
+            if e.callback in ("on_partitions_revoked", "on_partitions_lost")
+            for tp in e.partitions
+        }
+        assert every(doomed, 2) <= gave_up
+        runners.append(await group.start(cfg))
+        await group.wait_until(
+            lambda: holds(runners, every(kept, 4)) and all(r.assignment for r in runners),
+            timeout=60,
+            what="a third member shares the kept topic",
+        )
+        assert not any(r.errors for r in runners)
