@@ -177,6 +177,8 @@ async def run(a: argparse.Namespace) -> None:
             "session_timeout_ms": a.session_ms,
             "heartbeat_interval_ms": a.heartbeat_ms,
         }
+        if a.metadata_max_age_ms:  # a schedule that grows the topic: the leader must see it
+            protocol["metadata_max_age_ms"] = a.metadata_max_age_ms
     config = GroupConfig(
         bootstrap_servers=a.bootstrap,
         group_id=a.group,
@@ -340,6 +342,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--close-timeout-ms", type=int, default=10_000)
     p.add_argument("--poll-timeout", type=float, default=0.5)
     p.add_argument("--revoke-work", type=float, default=0.0)
+    p.add_argument("--metadata-max-age-ms", type=int, default=0, help="0: kgroup's default")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 

@@ -87,6 +87,8 @@ MEMBER_SCRIPT = Path(__file__).with_name("_member_proc.py")
 
 #: The member's poll(timeout=...) (its status lags at most this much).
 POLL_TIMEOUT = 0.5
+#: ``metadata_max_age_ms`` of classic kgroup members when the schedule grows the topic.
+TOPIC_CHANGE_METADATA_MS = 1000
 #: Seconds for the first stable group (every member starting and joining, one by one).
 INITIAL_STABLE_BOUND = {"kafka": 60.0, "tansu": 90.0, "mock": 90.0}
 #: Errors a broker's quirk makes ``poll()`` raise, tolerated (counted, not failures):
@@ -151,6 +153,8 @@ def stable_bound(schedule: Schedule) -> tuple[float, list[tuple[str, float]]]:
     if schedule.broker == "mock":
         terms.append(("mock rebalance wait (session - 1 s), twice", 2 * (session - 1.0)))
         terms.append(("mock ghost member expiry (session)", session))
+    if schedule.topic_changes:
+        terms.append(("the leader's metadata refresh", TOPIC_CHANGE_METADATA_MS / 1000.0))
     terms.append(("process slack", PROCESS_SLACK))
     return sum(v for _, v in terms), terms
 
@@ -185,6 +189,38 @@ class Target:
             broker.create_topic(name, partitions, 1)
         else:
             await broker.create_topic_async(name, partitions, exist_ok=True, timeout=60.0)
+
+    async def grow_topic(self, name: str, total: int, timeout: float = 60.0) -> None:
+        """CreatePartitions: ``name`` gets ``total`` partitions (Kafka, directly, not through
+        the proxy). Retried until ``timeout`` while the broker does not answer; an attempt
+        refused because an earlier one already took effect counts as done."""
+        from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+        from aiokafka.errors import InvalidPartitionsError
+
+        deadline = time.monotonic() + timeout
+        while True:
+            admin = AIOKafkaAdminClient(
+                bootstrap_servers=self.direct_bootstrap, request_timeout_ms=10_000
+            )
+            try:
+                await admin.start()
+                await admin.create_partitions({name: NewPartitions(total_count=total)})
+                return
+            except InvalidPartitionsError:
+                if await _partition_count(admin, name) >= total:
+                    return
+                raise
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            finally:
+                await admin.close()
+            await asyncio.sleep(1.0)
+
+
+async def _partition_count(admin: Any, topic: str) -> int:
+    described = await admin.describe_topics([topic])
+    return len(described[0]["partitions"])
 
 
 # -- member processes -----------------------------------------------------------------------
@@ -270,6 +306,8 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     #: on_partitions_revoked callbacks that ended because poll() was cancelled
     cancelled_revokes: int = 0
+    #: the topic's partitions at the end, when add_partitions steps grew it
+    grown_to: int | None = None
     #: the group did not stabilise because the broker stalled (a known broker defect)
     broker_stalls: int = 0
     #: why no fault could be applied (the broker stalled before the fault window)
@@ -298,10 +336,11 @@ class RunResult:
         if self.broker_stalls:
             extra += f"; BROKER STALL ({self.schedule.broker})"
         errors = " ".join(f"{k}={v}" for k, v in sorted(self.errors_seen.items())) or "none"
+        grown = "" if self.grown_to is None else f" ({self.grown_to} at the end)"
         if self.quirk_errors:
             errors += f" (broker quirk: {sum(self.quirk_errors.values())})"
         return (
-            f"chaos {s.label} seed={s.seed}: {s.partitions} partitions; faults {faults}; "
+            f"chaos {s.label} seed={s.seed}: {s.partitions} partitions{grown}; faults {faults}; "
             f"{self.processes} processes; rebalances seen {self.rebalances}; first stable "
             f"{initial}; stable {stable} after faults stopped (bound {self.bound:.0f} s); "
             f"lease {lease} ({self.lease_expirations} expired); poll errors {errors}{extra}; "
@@ -453,6 +492,8 @@ class ChaosRunner:
             "--remote-assignor",
             self.schedule.remote_assignor,
         ]
+        if self.schedule.topic_changes:
+            argv += ["--metadata-max-age-ms", str(TOPIC_CHANGE_METADATA_MS)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
@@ -1028,6 +1069,8 @@ class ChaosRunner:
             codes = [int(c) for c in step.arg("codes", ())]
             self._mock().push_request_errors(int(step.arg("api_key")), *codes)
             self._applied(step)
+        elif kind == "add_partitions":
+            self._later("add-partitions", self._grow_topic(step))
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
 
@@ -1051,6 +1094,15 @@ class ChaosRunner:
         elif kind == "broker_down":
             self._mock().broker_up(int(step.arg("broker_id")))
             self.note(f"END broker_down: broker {step.arg('broker_id')} up")
+
+    async def _grow_topic(self, step: Step) -> None:
+        total = int(step.arg("total"))
+        await self.target.grow_topic(self.topic, total)
+        total = max(total, len(self.partitions))  # a later step's call may have ended first
+        self.partitions = frozenset(TopicPartition(self.topic, p) for p in range(total))
+        self.result.grown_to = total
+        self._applied(step, f"{self.topic} has {total} partitions")
+        self._changed.set()
 
     def _mock(self) -> MockCluster:
         broker = self.target.broker

@@ -33,6 +33,10 @@ Fault kinds (``Step.kind``: brokers; ``Step.args``):
 - ``roll`` (kafka, migration schedules; ``member``): SIGTERM the member (it closes), then
   start its next process, on the consumer protocol (a migration back: its second roll, or
   restart, starts it on classic again).
+- ``add_partitions`` (kafka, schedules with ``topic_changes``; ``total``): CreatePartitions
+  grows the group's topic to ``total`` partitions; the group must end up owning them all.
+  Drawn apart from the other faults (:func:`_add_topic_changes`), never while the broker
+  restarts.
 
 Proxy faults never overlap (each ends with a heal), nor do broker restarts or downs.
 Members named in steps are slots ``m1`` .. ``mN``; a ``rejoin`` starts a new process (a new
@@ -108,6 +112,10 @@ ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky", "upgrade-1",
 JAVA_ASSIGNORS = ("range", "roundrobin", "sticky", "cooperative-sticky")
 #: ``schedule_for``: how likely a Kafka cooperative-sticky schedule is a mixed group.
 MIXED_PROBABILITY = 0.5
+#: ``schedule_for``: how likely a Kafka schedule grows its topic under the faults
+#: (``topic_changes``; not a classic group with Java members, whose leader reads metadata
+#: only every five minutes).
+TOPIC_CHANGE_PROBABILITY = 0.3
 
 #: ``assignor="upgrade-1"`` / ``"upgrade-2"``: the group is in the middle of one of KIP-429's
 #: two rolling bounces from eager to cooperative while the faults run. A group never mixes
@@ -152,6 +160,7 @@ FAULT_KINDS = (
     "broker_down",
     "inject_errors",
     "roll",
+    "add_partitions",
 )
 
 #: How likely each fault is, per broker (weights; a fault whose preconditions do not hold
@@ -351,6 +360,9 @@ class Schedule:
     #: members ("" under the classic protocol).
     protocol: str = "classic"
     remote_assignor: str = ""
+    #: ``add_partitions`` steps grow the topic under the faults (classic kgroup members
+    #: then re-read metadata every second, so that the leader notices).
+    topic_changes: bool = False
 
     # -- views ------------------------------------------------------------------------------
 
@@ -392,7 +404,8 @@ class Schedule:
         """A short id: ``kafka-static-range-5m-seed17``, ``...-5m-2java-seed17`` when two of
         the five members are Java consumers; a consumer-protocol schedule says so after the
         broker (``kafka-consumer-static-uniform-4m-1java-1confluent-seed5``), a migration
-        names both assignors (``kafka-migration-dynamic-range-to-uniform-3m-seed9``)."""
+        names both assignors (``kafka-migration-dynamic-range-to-uniform-3m-seed9``), and
+        one whose topic grows says ``topics`` before the seed."""
         kind = "static" if self.static else "dynamic"
         java = f"{len(self.java_slots)}java-" if self.java_slots else ""
         java += f"{len(self.confluent_slots)}confluent-" if self.confluent_slots else ""
@@ -400,8 +413,10 @@ class Schedule:
         assignor = self.assignor
         if self.protocol in MIGRATIONS:
             assignor = f"{self.assignor}-to-{self.remote_assignor}"
+        topics = "topics-" if self.topic_changes else ""
         return (
-            f"{self.broker}-{protocol}{kind}-{assignor}-{len(self.members)}m-{java}seed{self.seed}"
+            f"{self.broker}-{protocol}{kind}-{assignor}-{len(self.members)}m-{java}{topics}"
+            f"seed{self.seed}"
         )
 
     # -- JSON -------------------------------------------------------------------------------
@@ -421,6 +436,7 @@ class Schedule:
             "expected_errors": list(self.expected_errors),
             "protocol": self.protocol,
             "remote_assignor": self.remote_assignor,
+            "topic_changes": self.topic_changes,
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -447,6 +463,7 @@ class Schedule:
             version=int(data.get("version", 1)),
             protocol=str(data.get("protocol", "classic")),
             remote_assignor=str(data.get("remote_assignor", "")),
+            topic_changes=bool(data.get("topic_changes", False)),
         )
 
     def __str__(self) -> str:
@@ -467,6 +484,8 @@ class Schedule:
                 f"; classic, rolled to the consumer protocol ({self.remote_assignor}) and back"
             ),
         }[self.protocol]
+        if self.topic_changes:
+            protocol += "; partitions added under the faults"
         lines = [
             f"schedule {self.label}: {self.partitions} partitions, members {members}{protocol}",
             f"  session {t.session_ms} ms, heartbeat {t.heartbeat_ms} ms, max poll "
@@ -538,6 +557,7 @@ def make_schedule(
     protocol: str = "classic",
     remote_assignor: str = "",
     confluent_members: int = 0,
+    topic_changes: bool = False,
 ) -> Schedule:
     """A random chaos schedule, a pure function of its arguments (``random.Random(seed)``).
 
@@ -557,6 +577,10 @@ def make_schedule(
     steps (:data:`ROLL_WEIGHT`) that move its slots, one at a time, onto the consumer
     protocol with ``remote_assignor``; ``"migration-back"`` rolls each slot twice, onto
     the consumer protocol and back to classic.
+
+    ``topic_changes`` (Kafka; not a classic group with Java members) adds one or two
+    ``add_partitions`` steps, drawn from a generator of their own
+    (:func:`_add_topic_changes`), so the other faults are those of the same seed without.
     """
     if broker not in BROKERS:
         raise ValueError(f"broker must be one of {BROKERS}, not {broker!r}")
@@ -575,6 +599,8 @@ def make_schedule(
             )
         if protocol == "classic" and assignor not in JAVA_ASSIGNORS:
             raise ValueError(f"a mixed group's assignor is one of {JAVA_ASSIGNORS}")
+    if topic_changes and (broker != "kafka" or (protocol == "classic" and java_members)):
+        raise ValueError("topic_changes needs Kafka, and no Java member in a classic group")
     rng = random.Random(seed)
     t_out = timeouts or DEFAULT_TIMEOUTS[broker]
     session = t_out.session
@@ -627,6 +653,8 @@ def make_schedule(
         t = round(t + rng.uniform(*gap), 3)
     if protocol == "migration-back":
         _roll_back(rng, line, max(t, main))
+    if topic_changes:
+        _add_topic_changes(random.Random(f"topics/{seed}"), line, main, n_partitions)
     return Schedule(
         seed=seed,
         broker=broker,
@@ -641,7 +669,31 @@ def make_schedule(
         expected_errors=tuple(sorted(line.expected)),
         protocol=protocol,
         remote_assignor=remote_assignor,
+        topic_changes=topic_changes,
     )
+
+
+def _add_topic_changes(rng: random.Random, line: _Timeline, window: float, start: int) -> None:
+    """One or two ``add_partitions`` steps inside ``window``, each growing the topic by 1
+    to 3 partitions, never while the broker restarts (a time that falls then is drawn
+    again). The steps are then put in time order with the others."""
+    busy = [
+        (s.at - 1.0, s.at + RESTART_BUSY["hard" if s.arg("hard") else "soft"])
+        for s in line.steps
+        if s.kind == "broker_restart"
+    ]
+    times = []
+    for _ in range(rng.randint(1, 2)):
+        for _attempt in range(20):
+            t = round(rng.uniform(0.5, window - 1.0), 3)
+            if not any(begin <= t < end for begin, end in busy):
+                times.append(t)
+                break
+    total = start
+    for t in sorted(times):
+        total += rng.randint(1, 3)
+        line.steps.append(Step.make(t, "add_partitions", total=total))
+    line.steps.sort(key=lambda step: step.at)
 
 
 def _roll_back(rng: random.Random, line: _Timeline, t: float) -> None:
@@ -831,6 +883,12 @@ def schedule_for(broker: str, seed: int, **overrides: Any) -> Schedule:
             params["java_members"] = rng.randint(1, params["members"] // 2)
     if broker == "kafka":
         params.update(protocol_params(seed, params["members"]))
+        # A draw of its own: the other faults of a seed stay what they were.
+        grows = random.Random(f"topics:kafka:{seed}").random() < TOPIC_CHANGE_PROBABILITY
+        classic_java = params.get("protocol", "classic") == "classic" and params.get(
+            "java_members", 0
+        )
+        params["topic_changes"] = grows and not classic_java
     params.update(overrides)
     return make_schedule(seed, broker=broker, **params)
 
@@ -919,6 +977,16 @@ DEFAULT_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = 
             <= {st.member for st in s.steps if st.kind in ("roll", "rejoin")}
             and "roll" in s.kinds()
             and _has("crash", "broker_restart")(s)
+        ),
+    ),
+    (
+        "kafka",
+        "a consumer-protocol group whose topic grows under faults, a crash and a black hole",
+        lambda s: (
+            s.protocol == "consumer"
+            and s.topic_changes
+            and "add_partitions" in s.kinds()
+            and _has("crash", "black_hole")(s)
         ),
     ),
 )

@@ -16,6 +16,9 @@ Options:
     Likewise, only Kafka seeds whose schedule runs the consumer protocol (kgroup, Java and
     confluent members), rolls a classic group onto it (``migration``), or onto it and back
     to classic (``migration-back``, a 30 s window; not among the default cases).
+``--chaos-topics``
+    Likewise, only Kafka seeds whose schedule grows the topic under the faults
+    (``add_partitions`` steps; combines with the two above).
 
 Without either, ``test_chaos`` runs :func:`~._schedule.default_cases` (fixed seeds that
 cover every fault kind) and ``test_soak`` (``slow``: only with ``--run-slow``) one random
@@ -74,6 +77,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "to classic (Kafka)",
     )
     group.addoption(
+        "--chaos-topics",
+        action="store_true",
+        default=False,
+        help="only seeds whose topic grows under the faults (Kafka)",
+    )
+    group.addoption(
         "--chaos-logs",
         default=None,
         help="where member logs go (default $KGROUP_CHAOS_LOGS or TMPDIR/kgroup-chaos; "
@@ -105,13 +114,17 @@ def chaos_logdir(request: pytest.FixtureRequest) -> Path:
 
 
 def _kafka_only(config: pytest.Config) -> Callable[[Schedule], bool] | None:
-    """What ``--chaos-java`` / ``--chaos-protocol`` ask of a Kafka seed's schedule."""
+    """What ``--chaos-java`` / ``--chaos-protocol`` / ``--chaos-topics`` ask of a Kafka
+    seed's schedule."""
     protocol = config.getoption("--chaos-protocol", default=None)
     java = config.getoption("--chaos-java", default=False)
-    if protocol is None and not java:
+    topics = config.getoption("--chaos-topics", default=False)
+    if protocol is None and not java and not topics:
         return None
     return lambda s: (
-        (protocol is None or s.protocol == protocol) and (not java or bool(s.java_slots))
+        (protocol is None or s.protocol == protocol)
+        and (not java or bool(s.java_slots))
+        and (not topics or "add_partitions" in s.kinds())
     )
 
 

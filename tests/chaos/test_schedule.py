@@ -5,6 +5,7 @@ No broker here: these run in milliseconds, over many seeds.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -33,6 +34,8 @@ from ._schedule import (
     PROTOCOLS,
     PROXY_FAULTS,
     REMOTE_ASSIGNORS,
+    RESTART_BUSY,
+    TOPIC_CHANGE_PROBABILITY,
     WEIGHTS,
     Schedule,
     Step,
@@ -44,6 +47,12 @@ from ._schedule import (
 )
 
 SEEDS = range(1, 301)
+
+
+def without_topic_changes(s: Schedule) -> Schedule:
+    """``s`` as drawn without ``topic_changes``: its add_partitions steps dropped."""
+    steps = tuple(st for st in s.steps if st.kind != "add_partitions")
+    return dataclasses.replace(s, steps=steps, topic_changes=False)
 
 
 @pytest.mark.parametrize("broker", BROKERS)
@@ -131,6 +140,7 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
         if broker == "tansu":
             assert not s.static, "tansu stalls static groups (schedule_for)"
         allowed = set(WEIGHTS[broker]) | ({"roll"} if s.protocol in MIGRATIONS else set())
+        allowed |= {"add_partitions"} if s.topic_changes else set()
         assert s.kinds() <= allowed, "a fault of another broker or protocol"
         assert list(s.steps) == sorted(s.steps, key=lambda st: st.at)
         # every fault starts and ends inside the window
@@ -148,7 +158,7 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
         bound, terms = stable_bound(s)
         assert bound == pytest.approx(sum(v for _, v in terms))
         assert bound > s.timeouts.session + s.timeouts.max_poll_ms / 1000
-    every = set(WEIGHTS[broker]) | ({"roll"} if broker == "kafka" else set())
+    every = set(WEIGHTS[broker]) | ({"roll", "add_partitions"} if broker == "kafka" else set())
     assert seen == every, f"kinds never drawn: {every - seen}"
 
 
@@ -277,7 +287,8 @@ def test_default_cases_cover_every_fault_kind_and_both_memberships() -> None:
     assert any(s.java_slots and s.confluent_slots for s in consumer), "kgroup + Java + confluent"
     assert any(s.protocol == "migration" for s in schedules)
     assert ("kafka", 8) in cases, "the migration default case keeps its seed"
-    assert sum(s.protocol != "classic" for s in schedules) == 2, "two cases: the time budget"
+    assert sum(s.protocol != "classic" for s in schedules) == 3, "three cases: the time budget"
+    assert any(s.protocol == "consumer" and s.topic_changes for s in schedules)
     assert any(s.assignor == "cooperative-sticky" and not s.java_slots for s in schedules)
     covered = set().union(*(s.kinds() for s in schedules))
     assert covered == set(FAULT_KINDS)
@@ -310,7 +321,7 @@ def test_the_protocol_is_drawn_on_kafka_only_and_classic_seeds_keep_their_schedu
         assert (s.remote_assignor == "") == (s.protocol == "classic")
         if s.protocol == "classic":
             # the protocol draw changed nothing else: the same schedule as before
-            assert s == make_schedule(
+            assert without_topic_changes(s) == make_schedule(
                 s.seed, broker="kafka", members=len(s.members), static=s.static,
                 assignor=s.assignor, java_members=len(s.java_slots),
             )  # fmt: skip
@@ -389,7 +400,7 @@ def test_a_migration_back_rolls_every_slot_onto_the_consumer_protocol_and_back()
     for s in kafka:
         if s.protocol == "migration":
             assert s.fault_window == 20.0
-            assert s == make_schedule(
+            assert without_topic_changes(s) == make_schedule(
                 s.seed, broker="kafka", members=len(s.members), static=s.static,
                 assignor=s.assignor, protocol="migration", remote_assignor=s.remote_assignor,
             )  # fmt: skip
@@ -416,3 +427,52 @@ def test_a_migration_back_runs_consumer_on_a_slots_second_process_only() -> None
         "m1": "consumer", "m2": "down", "m3": "consumer",
     }  # fmt: skip
     assert final_protocols("classic", slots, steps[:1]) == dict.fromkeys(slots, "classic")
+
+
+# -- topic changes ------------------------------------------------------------------------------
+
+
+def test_topic_changes_grow_the_topic_apart_from_the_other_faults() -> None:
+    """About :data:`TOPIC_CHANGE_PROBABILITY` of the Kafka seeds grow their topic (never a
+    classic group with Java members, never another broker): one or two add_partitions
+    steps, each to a larger total, inside the window and never while the broker restarts;
+    the other faults are those the seed draws without them."""
+    kafka = [schedule_for("kafka", seed) for seed in range(1, 600)]
+    growing = [s for s in kafka if s.topic_changes]
+    share = len(growing) / len(kafka)
+    assert TOPIC_CHANGE_PROBABILITY - 0.1 < share < TOPIC_CHANGE_PROBABILITY + 0.1, share
+    assert {s.protocol for s in growing} == set(PROTOCOLS)
+    assert not any(s.protocol == "classic" and s.java_slots for s in growing)
+    assert any(s.foreign_slots for s in growing if s.protocol == "consumer")
+    for broker in ("tansu", "mock"):
+        assert not any(schedule_for(broker, seed).topic_changes for seed in SEEDS)
+    for s in kafka:
+        grows = [st for st in s.steps if st.kind == "add_partitions"]
+        assert bool(grows) <= s.topic_changes
+        assert ("-topics-" in s.label) == s.topic_changes
+        assert list(s.steps) == sorted(s.steps, key=lambda st: st.at)
+        totals = [s.partitions] + [int(st.arg("total")) for st in grows]
+        assert all(0 < b - a <= 3 for a, b in itertools.pairwise(totals)), s
+        restarts = [st for st in s.steps if st.kind == "broker_restart"]
+        for st in grows:
+            assert 0 < st.at < s.fault_window - 0.5
+            for r in restarts:
+                busy = RESTART_BUSY["hard" if r.arg("hard") else "soft"]
+                assert not r.at - 1.0 <= st.at < r.at + busy, (st, r)
+        assert Schedule.from_json(s.dumps()) == s
+        if s.topic_changes:
+            assert without_topic_changes(s).steps == make_schedule(
+                s.seed, broker="kafka", members=len(s.members), static=s.static,
+                assignor=s.assignor, java_members=len(s.java_slots),
+                confluent_members=len(s.confluent_slots), protocol=s.protocol,
+                remote_assignor=s.remote_assignor, fault_window=s.fault_window,
+            ).steps  # fmt: skip
+    # none only when restarts leave no free second (a soft and a hard one back to back)
+    assert sum("add_partitions" in s.kinds() for s in growing) / len(growing) > 0.95
+    with pytest.raises(ValueError, match="topic_changes"):
+        make_schedule(1, broker="tansu", members=3, static=False, topic_changes=True)
+    with pytest.raises(ValueError, match="topic_changes"):
+        make_schedule(
+            1, broker="kafka", members=4, static=False, assignor="range", java_members=1,
+            topic_changes=True,
+        )  # fmt: skip
