@@ -182,7 +182,8 @@ async def run(a: argparse.Namespace) -> None:
     config = GroupConfig(
         bootstrap_servers=a.bootstrap,
         group_id=a.group,
-        topics=[a.topic],
+        topics=[] if a.pattern else [a.topic],
+        topic_pattern=a.pattern or None,
         group_instance_id=a.instance_id or None,
         **protocol,
         max_poll_interval_ms=a.max_poll_ms,
@@ -285,7 +286,14 @@ async def run(a: argparse.Namespace) -> None:
 
     poll_task = loop.create_task(poll_loop(), name="chaos-poll-loop")
     loop.add_signal_handler(signal.SIGTERM, poll_task.cancel)
-    emit("ready", pid=os.getpid(), lease=hasattr(MemberCore, "check_lease"), protocol=a.protocol)
+    emit(
+        "ready",
+        pid=os.getpid(),
+        lease=hasattr(MemberCore, "check_lease"),
+        protocol=a.protocol,
+        topics=list(config.topics),
+        pattern=config.topic_pattern,
+    )
     await member.start()
     with contextlib.suppress(asyncio.CancelledError):
         await poll_task
@@ -343,6 +351,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--poll-timeout", type=float, default=0.5)
     p.add_argument("--revoke-work", type=float, default=0.0)
     p.add_argument("--metadata-max-age-ms", type=int, default=0, help="0: kgroup's default")
+    p.add_argument("--pattern", default="", help="subscribe with this regex, not --topic")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 

@@ -494,6 +494,10 @@ class ChaosRunner:
         ]
         if self.schedule.topic_changes:
             argv += ["--metadata-max-age-ms", str(TOPIC_CHANGE_METADATA_MS)]
+        if self.schedule.pattern:
+            # Only this group's topic: its name is unique (the tag), has no character
+            # special to a regex (Python's or RE2/J's), and ``.*`` matches "".
+            argv += ["--pattern", self.topic + ".*"]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
@@ -661,6 +665,8 @@ class ChaosRunner:
         at = float(rec.get("t", time.monotonic()))
         if event == "ready":
             mp.lease_supported = bool(rec.get("lease"))
+            if self.schedule.pattern and "pattern" in rec and not rec["pattern"]:
+                self.fail(f"{mp.name} subscribed to {rec.get('topics')}, not with the pattern")
             mp.ready.set()
         elif event == "assigned":
             self.ownership.assigned(mp.name, _tps(rec), int(rec.get("generation", -1)), at)
@@ -896,6 +902,8 @@ class ChaosRunner:
         s = self.schedule
         await self.target.create_topic(self.topic, s.partitions)
         self.note(f"topic {self.topic} ({s.partitions} partitions), group {self.group}")
+        if s.pattern:
+            self.note(f"kgroup members subscribe with the pattern {self.topic}.*")
         done = await group_setup(s, self.target.direct_bootstrap, self.group)
         if done is not None:
             self.note(done)

@@ -116,6 +116,9 @@ MIXED_PROBABILITY = 0.5
 #: (``topic_changes``; not a classic group with Java members, whose leader reads metadata
 #: only every five minutes).
 TOPIC_CHANGE_PROBABILITY = 0.3
+#: ``schedule_for``: how likely a Kafka schedule's kgroup members subscribe with a pattern
+#: (``pattern``) instead of the topic's name.
+PATTERN_PROBABILITY = 0.3
 
 #: ``assignor="upgrade-1"`` / ``"upgrade-2"``: the group is in the middle of one of KIP-429's
 #: two rolling bounces from eager to cooperative while the faults run. A group never mixes
@@ -363,6 +366,11 @@ class Schedule:
     #: ``add_partitions`` steps grow the topic under the faults (classic kgroup members
     #: then re-read metadata every second, so that the leader notices).
     topic_changes: bool = False
+    #: The kgroup members subscribe with ``topic_pattern`` (a regex matching only the
+    #: group's topic: resolved by the member on the classic protocol, by the broker on the
+    #: consumer protocol) instead of the topic's name; Java and confluent members keep the
+    #: name.
+    pattern: bool = False
 
     # -- views ------------------------------------------------------------------------------
 
@@ -405,7 +413,8 @@ class Schedule:
         the five members are Java consumers; a consumer-protocol schedule says so after the
         broker (``kafka-consumer-static-uniform-4m-1java-1confluent-seed5``), a migration
         names both assignors (``kafka-migration-dynamic-range-to-uniform-3m-seed9``), and
-        one whose topic grows says ``topics`` before the seed."""
+        one whose topic grows says ``topics`` before the seed, one subscribed with a pattern
+        ``regex``."""
         kind = "static" if self.static else "dynamic"
         java = f"{len(self.java_slots)}java-" if self.java_slots else ""
         java += f"{len(self.confluent_slots)}confluent-" if self.confluent_slots else ""
@@ -414,6 +423,7 @@ class Schedule:
         if self.protocol in MIGRATIONS:
             assignor = f"{self.assignor}-to-{self.remote_assignor}"
         topics = "topics-" if self.topic_changes else ""
+        topics += "regex-" if self.pattern else ""
         return (
             f"{self.broker}-{protocol}{kind}-{assignor}-{len(self.members)}m-{java}{topics}"
             f"seed{self.seed}"
@@ -437,6 +447,7 @@ class Schedule:
             "protocol": self.protocol,
             "remote_assignor": self.remote_assignor,
             "topic_changes": self.topic_changes,
+            "pattern": self.pattern,
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -464,6 +475,7 @@ class Schedule:
             protocol=str(data.get("protocol", "classic")),
             remote_assignor=str(data.get("remote_assignor", "")),
             topic_changes=bool(data.get("topic_changes", False)),
+            pattern=bool(data.get("pattern", False)),
         )
 
     def __str__(self) -> str:
@@ -486,6 +498,8 @@ class Schedule:
         }[self.protocol]
         if self.topic_changes:
             protocol += "; partitions added under the faults"
+        if self.pattern:
+            protocol += "; kgroup members subscribe with a pattern"
         lines = [
             f"schedule {self.label}: {self.partitions} partitions, members {members}{protocol}",
             f"  session {t.session_ms} ms, heartbeat {t.heartbeat_ms} ms, max poll "
@@ -558,6 +572,7 @@ def make_schedule(
     remote_assignor: str = "",
     confluent_members: int = 0,
     topic_changes: bool = False,
+    pattern: bool = False,
 ) -> Schedule:
     """A random chaos schedule, a pure function of its arguments (``random.Random(seed)``).
 
@@ -581,6 +596,8 @@ def make_schedule(
     ``topic_changes`` (Kafka; not a classic group with Java members) adds one or two
     ``add_partitions`` steps, drawn from a generator of their own
     (:func:`_add_topic_changes`), so the other faults are those of the same seed without.
+    ``pattern``: the kgroup members subscribe with a regex (:attr:`Schedule.pattern`);
+    it changes no draw.
     """
     if broker not in BROKERS:
         raise ValueError(f"broker must be one of {BROKERS}, not {broker!r}")
@@ -670,6 +687,7 @@ def make_schedule(
         protocol=protocol,
         remote_assignor=remote_assignor,
         topic_changes=topic_changes,
+        pattern=pattern,
     )
 
 
@@ -889,6 +907,8 @@ def schedule_for(broker: str, seed: int, **overrides: Any) -> Schedule:
             "java_members", 0
         )
         params["topic_changes"] = grows and not classic_java
+        # Another draw of its own: the members' subscription, not the faults.
+        params["pattern"] = random.Random(f"pattern:kafka:{seed}").random() < PATTERN_PROBABILITY
     params.update(overrides)
     return make_schedule(seed, broker=broker, **params)
 
@@ -988,6 +1008,16 @@ DEFAULT_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = 
             and "add_partitions" in s.kinds()
             and _has("crash", "black_hole")(s)
         ),
+    ),
+    (
+        "kafka",
+        "kgroup members subscribed with a pattern, classic protocol",
+        lambda s: s.pattern and s.protocol == "classic" and _has("crash")(s),
+    ),
+    (
+        "kafka",
+        "kgroup members subscribed with a pattern, consumer protocol",
+        lambda s: s.pattern and s.protocol == "consumer" and _has("crash")(s),
     ),
 )
 

@@ -18,7 +18,9 @@ Options:
     to classic (``migration-back``, a 30 s window; not among the default cases).
 ``--chaos-topics``
     Likewise, only Kafka seeds whose schedule grows the topic under the faults
-    (``add_partitions`` steps; combines with the two above).
+    (``add_partitions`` steps; combines with the options above).
+``--chaos-regex``
+    Likewise, only Kafka seeds whose kgroup members subscribe with a pattern.
 
 Without either, ``test_chaos`` runs :func:`~._schedule.default_cases` (fixed seeds that
 cover every fault kind) and ``test_soak`` (``slow``: only with ``--run-slow``) one random
@@ -83,6 +85,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="only seeds whose topic grows under the faults (Kafka)",
     )
     group.addoption(
+        "--chaos-regex",
+        action="store_true",
+        default=False,
+        help="only seeds whose kgroup members subscribe with a pattern (Kafka)",
+    )
+    group.addoption(
         "--chaos-logs",
         default=None,
         help="where member logs go (default $KGROUP_CHAOS_LOGS or TMPDIR/kgroup-chaos; "
@@ -114,17 +122,19 @@ def chaos_logdir(request: pytest.FixtureRequest) -> Path:
 
 
 def _kafka_only(config: pytest.Config) -> Callable[[Schedule], bool] | None:
-    """What ``--chaos-java`` / ``--chaos-protocol`` / ``--chaos-topics`` ask of a Kafka
-    seed's schedule."""
+    """What ``--chaos-java`` / ``--chaos-protocol`` / ``--chaos-topics`` /
+    ``--chaos-regex`` ask of a Kafka seed's schedule."""
     protocol = config.getoption("--chaos-protocol", default=None)
     java = config.getoption("--chaos-java", default=False)
     topics = config.getoption("--chaos-topics", default=False)
-    if protocol is None and not java and not topics:
+    regex = config.getoption("--chaos-regex", default=False)
+    if protocol is None and not java and not topics and not regex:
         return None
     return lambda s: (
         (protocol is None or s.protocol == protocol)
         and (not java or bool(s.java_slots))
         and (not topics or "add_partitions" in s.kinds())
+        and (not regex or s.pattern)
     )
 
 

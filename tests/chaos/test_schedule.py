@@ -31,6 +31,7 @@ from ._schedule import (
     JAVA_ASSIGNORS,
     JAVA_FAULTS,
     MIXED_PROBABILITY,
+    PATTERN_PROBABILITY,
     PROTOCOLS,
     PROXY_FAULTS,
     REMOTE_ASSIGNORS,
@@ -50,9 +51,10 @@ SEEDS = range(1, 301)
 
 
 def without_topic_changes(s: Schedule) -> Schedule:
-    """``s`` as drawn without ``topic_changes``: its add_partitions steps dropped."""
+    """``s`` as drawn without ``topic_changes`` (its add_partitions steps dropped) and
+    without ``pattern``."""
     steps = tuple(st for st in s.steps if st.kind != "add_partitions")
-    return dataclasses.replace(s, steps=steps, topic_changes=False)
+    return dataclasses.replace(s, steps=steps, topic_changes=False, pattern=False)
 
 
 @pytest.mark.parametrize("broker", BROKERS)
@@ -476,3 +478,29 @@ def test_topic_changes_grow_the_topic_apart_from_the_other_faults() -> None:
             1, broker="kafka", members=4, static=False, assignor="range", java_members=1,
             topic_changes=True,
         )  # fmt: skip
+
+
+def test_patterns_are_drawn_apart_and_change_no_fault() -> None:
+    """About :data:`PATTERN_PROBABILITY` of the Kafka seeds subscribe their kgroup members
+    with a pattern, on every protocol; the label and the printout say so, JSON keeps it,
+    and the schedule is otherwise the one drawn without it. Default cases cover it on the
+    classic and on the consumer protocol."""
+    kafka = [schedule_for("kafka", seed) for seed in range(1, 600)]
+    regex = [s for s in kafka if s.pattern]
+    share = len(regex) / len(kafka)
+    assert PATTERN_PROBABILITY - 0.1 < share < PATTERN_PROBABILITY + 0.1, share
+    assert {s.protocol for s in regex} == set(PROTOCOLS)
+    for s in regex:
+        assert "-regex-" in s.label and "subscribe with a pattern" in str(s)
+        assert Schedule.from_json(s.dumps()) == s
+        plain = dataclasses.replace(s, pattern=False)
+        assert "-regex-" not in plain.label
+        if s.protocol == "classic" and not s.topic_changes:
+            assert plain == make_schedule(
+                s.seed, broker="kafka", members=len(s.members), static=s.static,
+                assignor=s.assignor, java_members=len(s.java_slots),
+            )  # fmt: skip
+    for broker in ("tansu", "mock"):
+        assert not any(schedule_for(broker, seed).pattern for seed in SEEDS)
+    chosen = [schedule_for(b, n) for b, n in default_cases()]
+    assert {s.protocol for s in chosen if s.pattern} >= {"classic", "consumer"}
