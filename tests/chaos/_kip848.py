@@ -115,11 +115,11 @@ def confluent_argv(
     ]
 
 
-def java_protocol_args(schedule: Schedule) -> list[str]:
-    """JavaMember's options for the schedule's protocol: none for a classic group; the
-    consumer protocol and the broker's assignor otherwise (JavaMember then leaves out the
-    session, heartbeat and assignor settings, which the consumer protocol refuses)."""
-    if schedule.protocol != "consumer":
+def java_protocol_args(schedule: Schedule, protocol: str) -> list[str]:
+    """JavaMember's options for a process on ``protocol``: none on classic; the consumer
+    protocol and the broker's assignor otherwise (JavaMember then leaves out the session,
+    heartbeat and assignor settings, which the consumer protocol refuses)."""
+    if protocol != "consumer":
         return []
     return [
         "--protocol",
@@ -178,6 +178,8 @@ def why_not_classic_group(schedule: Schedule, live: Sequence[_Member]) -> str | 
         return None
     if any(p.status is not None and p.status.get("leader") for p in live):
         return None
+    if any(p.foreign for p in live):
+        return None  # a Java member may lead: Kafka's consumer does not say whether it does
     return "no member leads: a consumer group still (classic members are followers there)"
 
 

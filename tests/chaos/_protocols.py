@@ -25,6 +25,7 @@ __all__ = [
     "MIGRATIONS",
     "MIGRATION_ASSIGNORS",
     "MIGRATION_PROBABILITY",
+    "MIXED_MIGRATION_PROBABILITY",
     "PROTOCOLS",
     "REMOTE_ASSIGNORS",
     "ROLLS",
@@ -60,6 +61,9 @@ BACK_WINDOW = 30.0
 BACK_ROLL_GAP = 1.0
 #: ``schedule_for``: how likely a consumer-protocol schedule has Java or confluent members.
 FOREIGN_PROBABILITY = 0.6
+#: ``schedule_for``: how likely a migration (not back) has Java members, rolled like the
+#: others (a draw of its own, after the migration's others).
+MIXED_MIGRATION_PROBABILITY = 0.5
 #: The weight of a ``roll`` in a migration schedule (high: every slot should be rolled
 #: within the window), and the seconds a rolled slot is left alone (its close, the new
 #: process's start) before another member fault may hit it.
@@ -129,8 +133,10 @@ def check_protocol(
         remote_assignor = remote_assignor or assignor
         if assignor != remote_assignor:
             raise ValueError("a consumer-protocol schedule's assignor is its remote assignor")
-    elif java_members or confluent_members:
-        raise ValueError("a migration rolls a kgroup-only group")
+    elif confluent_members:
+        raise ValueError("a migration has no confluent members (they run the consumer protocol)")
+    elif java_members and protocol == "migration-back":
+        raise ValueError("a migration back rolls a kgroup-only group")
     elif assignor not in MIGRATION_ASSIGNORS:
         raise ValueError(f"a migration starts from one of {MIGRATION_ASSIGNORS}")
     if remote_assignor not in REMOTE_ASSIGNORS:
@@ -174,5 +180,8 @@ def protocol_params(seed: int, members: int) -> dict[str, Any]:
         }
         if rng.random() < BACK_PROBABILITY:
             migration.update(protocol="migration-back", fault_window=BACK_WINDOW)
+        mixed = random.Random(f"mixed-migration:kafka:{seed}")
+        if migration["protocol"] == "migration" and mixed.random() < MIXED_MIGRATION_PROBABILITY:
+            migration["java_members"] = mixed.randint(1, migration["members"] // 2)
         return migration
     return {}

@@ -452,11 +452,11 @@ class ChaosRunner:
         self._incarnations[spec.slot] += 1
         n = self._incarnations[spec.slot]
         name = spec.slot if n == 1 else f"{spec.slot}.{n}"
+        protocol = protocol_for(self.schedule.protocol, n)
         if spec.java:
-            return await self._spawn_java(spec, name)
+            return await self._spawn_java(spec, name, protocol)
         if spec.confluent:
             return await self._spawn_confluent(spec, name)
-        protocol = protocol_for(self.schedule.protocol, n)
         t = self.schedule.timeouts
         argv = [
             *kill_with_parent_prefix(),
@@ -540,7 +540,7 @@ class ChaosRunner:
         )
         return mp
 
-    async def _spawn_java(self, spec: MemberSpec, name: str) -> MemberProc:
+    async def _spawn_java(self, spec: MemberSpec, name: str, protocol: str) -> MemberProc:
         """Start Kafka's Java consumer in ``spec``'s slot, configured like the kgroup members
         (timeouts, backoffs, assignor), its stdin a pipe kept open (end of input closes it)."""
         s, t = self.schedule, self.schedule.timeouts
@@ -570,7 +570,7 @@ class ChaosRunner:
         ]
         if spec.instance_id:
             args += ["--group-instance-id", spec.instance_id]
-        args += java_protocol_args(s)
+        args += java_protocol_args(s, protocol)
         for key, value in (
             ("request.timeout.ms", t.request_timeout_ms),
             ("retry.backoff.ms", t.retry_backoff_ms),
@@ -598,8 +598,9 @@ class ChaosRunner:
                 start_new_session=True,
                 limit=4 * 1024 * 1024,
             )
-        where = f"Java, direct, {s.protocol} protocol"
-        return self._track(spec, name, proc, log_path, where)
+        mp = self._track(spec, name, proc, log_path, f"Java, direct, {protocol} protocol")
+        mp.protocol = protocol
+        return mp
 
     async def _spawn_confluent(self, spec: MemberSpec, name: str) -> MemberProc:
         """Start a confluent-kafka member (consumer protocol) in ``spec``'s slot, direct."""

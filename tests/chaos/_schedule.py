@@ -534,8 +534,9 @@ class _Slot:
         return self.alive and self.paused_until <= t
 
     def allows(self, kind: str) -> bool:
-        """Whether this slot may get a member fault of ``kind`` (:data:`JAVA_FAULTS`)."""
-        return not self.spec.foreign or kind in JAVA_FAULTS
+        """Whether this slot may get a member fault of ``kind`` (:data:`JAVA_FAULTS`; a
+        Java slot of a migration is rolled too: a close, then a new process)."""
+        return not self.spec.foreign or kind in JAVA_FAULTS or (kind == "roll" and self.spec.java)
 
 
 @dataclass
@@ -993,10 +994,22 @@ DEFAULT_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = 
         "protocol one by one, a crash and a broker restart",
         lambda s: (
             s.protocol == "migration"
+            and not s.java_slots
             and {m.slot for m in s.members}
             <= {st.member for st in s.steps if st.kind in ("roll", "rejoin")}
             and "roll" in s.kinds()
             and _has("crash", "broker_restart")(s)
+        ),
+    ),
+    (
+        "kafka",
+        "a mixed migration: Java and kgroup members rolled onto the consumer protocol, a "
+        "Java slot among them, under a crash",
+        lambda s: (
+            s.protocol == "migration"
+            and bool(s.java_slots)
+            and any(st.kind == "roll" and st.member in s.java_slots for st in s.steps)
+            and _has("crash")(s)
         ),
     ),
     (

@@ -5,8 +5,9 @@ Default run (``python -m pytest tests/chaos``): the fixed cases of
 :func:`~._schedule.default_cases` (Kafka static with a broker restart and a black hole,
 Kafka dynamic with latency, a mixed Java/kgroup cooperative-sticky group on Kafka, a
 consumer-protocol group of kgroup, Java and confluent members on Kafka, a classic group
-rolled onto the consumer protocol under faults, tansu with a restart, the mock cluster with
-coordinator moves, broker downs and injected errors). ``--chaos-seed N`` replays one seed,
+rolled onto the consumer protocol under faults (kgroup only, and with Java members),
+groups whose topic grows and whose kgroup members subscribe with a pattern, tansu with a
+restart, the mock cluster with coordinator moves, broker downs and injected errors). ``--chaos-seed N`` replays one seed,
 ``--chaos-count K`` runs random ones (``--chaos-java``: mixed groups only;
 ``--chaos-protocol consumer|migration|migration-back``: KIP-848 groups only; the last
 rolls onto the consumer protocol and back, not a default case), ``--run-slow`` adds the

@@ -102,8 +102,13 @@ def test_parameters_are_validated() -> None:
         )
     with pytest.raises(ValueError, match="kgroup-only"):
         make_schedule(
-            1, broker="kafka", members=3, static=False, protocol="migration",
+            1, broker="kafka", members=3, static=False, protocol="migration-back",
             remote_assignor="uniform", java_members=1,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="no confluent"):
+        make_schedule(
+            1, broker="kafka", members=3, static=False, protocol="migration",
+            remote_assignor="uniform", confluent_members=1,
         )  # fmt: skip
     with pytest.raises(ValueError, match="migration starts"):
         make_schedule(
@@ -234,7 +239,8 @@ def _check_member_timeline(s: Schedule) -> None:
     restarts = dict.fromkeys(alive, 0)
     for step in s.steps:
         slot = step.member
-        assert slot not in s.foreign_slots or step.kind in JAVA_FAULTS, step
+        java_roll = step.kind == "roll" and slot in s.java_slots
+        assert slot not in s.foreign_slots or step.kind in JAVA_FAULTS or java_roll, step
         if step.kind == "roll":
             assert s.protocol in MIGRATIONS, step
             assert slot is not None and alive[slot] and paused_until[slot] <= step.at, step
@@ -288,8 +294,9 @@ def test_default_cases_cover_every_fault_kind_and_both_memberships() -> None:
     consumer = [s for s in schedules if s.protocol == "consumer"]
     assert any(s.java_slots and s.confluent_slots for s in consumer), "kgroup + Java + confluent"
     assert any(s.protocol == "migration" for s in schedules)
-    assert ("kafka", 8) in cases, "the migration default case keeps its seed"
-    assert sum(s.protocol != "classic" for s in schedules) == 3, "three cases: the time budget"
+    assert ("kafka", 117) in cases, "the migration default case keeps its seed"
+    assert any(s.protocol == "migration" and s.java_slots for s in schedules), "mixed migration"
+    assert sum(s.protocol != "classic" for s in schedules) == 4, "four cases: the time budget"
     assert any(s.protocol == "consumer" and s.topic_changes for s in schedules)
     assert any(s.assignor == "cooperative-sticky" and not s.java_slots for s in schedules)
     covered = set().union(*(s.kinds() for s in schedules))
@@ -351,16 +358,27 @@ def test_consumer_protocol_groups_mix_three_clients_on_the_java_slots_rules() ->
         _check_member_timeline(s)
 
 
-def test_a_migration_rolls_kgroup_slots_one_by_one() -> None:
+def test_a_migration_rolls_its_slots_one_by_one() -> None:
+    """Half the migrations (not back) have Java members (1 to half the slots, a draw of
+    their own), rolled like the kgroup ones; no confluent members."""
     migrations = [s for s in map(functools.partial(schedule_for, "kafka"), range(1, 600))]
     migrations = [s for s in migrations if s.protocol == "migration"]
     every_slot = 0
+    mixed = [s for s in migrations if s.java_slots]
+    many = [schedule_for("kafka", seed) for seed in range(600, 2400)]
+    share = [bool(s.java_slots) for s in many if s.protocol == "migration"]
+    assert 0.35 < sum(share) / len(share) < 0.65
+    assert any(st.kind == "roll" and st.member in s.java_slots for s in mixed for st in s.steps), (
+        "a Java slot rolled"
+    )
     for s in migrations:
-        assert not s.foreign_slots and 3 <= len(s.members) <= 5
+        assert not s.confluent_slots and 3 <= len(s.members) <= 5
+        assert len(s.java_slots) <= len(s.members) // 2
         assert s.assignor in MIGRATION_ASSIGNORS and s.remote_assignor in REMOTE_ASSIGNORS
         assert f"{s.assignor}-to-{s.remote_assignor}" in s.label
         rolls = [st for st in s.steps if st.kind == "roll"]
-        assert rolls, "a migration without a roll"
+        # a rejoin's process runs the consumer protocol too
+        assert rolls or "rejoin" in s.kinds(), "a migration that moves no slot"
         # one at a time: a roll starts after the previous one's busy time
         assert all(b.at - a.at >= 1.0 for a, b in itertools.pairwise(rolls))
         moved = {st.member for st in s.steps if st.kind in ("roll", "rejoin")}
@@ -405,6 +423,7 @@ def test_a_migration_back_rolls_every_slot_onto_the_consumer_protocol_and_back()
             assert without_topic_changes(s) == make_schedule(
                 s.seed, broker="kafka", members=len(s.members), static=s.static,
                 assignor=s.assignor, protocol="migration", remote_assignor=s.remote_assignor,
+                java_members=len(s.java_slots),
             )  # fmt: skip
     assert not any(schedule_for(b, n).protocol == "migration-back" for b, n in default_cases())
 
