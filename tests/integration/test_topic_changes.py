@@ -21,9 +21,10 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
 from kgroup import GroupConfig, TopicPartition
 from kgroup.testing import KafkaBroker
-from kgroup.testing._members import MemberGroup, MemberRunner
+from kgroup.testing._members import MemberGroup
 from tests.integration.conftest import group_config
 from tests.integration.test_kip848 import consumer_config
+from tests.integration.test_subscription import every, holds
 
 T = TopicPartition
 
@@ -39,20 +40,6 @@ def config(
         overrides.setdefault("metadata_max_age_ms", 500)
         return group_config(broker, group, "", topics=topics, **overrides)
     return consumer_config(broker, group, "", topics=topics, **overrides)
-
-
-def holds(runners: list[MemberRunner], expected: set[TopicPartition]) -> bool:
-    """Every runner STABLE; together they hold exactly ``expected``, each partition once."""
-    seen = [tp for r in runners for tp in r.assignment]
-    return (
-        all(r.stable for r in runners)
-        and len(seen) == len(set(seen)) == len(expected)
-        and set(seen) == expected
-    )
-
-
-def every(topic: str, count: int) -> set[TopicPartition]:
-    return {T(topic, p) for p in range(count)}
 
 
 async def admin_of(broker: KafkaBroker) -> AIOKafkaAdminClient:
@@ -86,49 +73,39 @@ async def test_partitions_added_are_shared_out(
         assert not any(r.errors for r in runners)
 
 
+@pytest.mark.parametrize("subscription", ["names", "pattern"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_topic_created_after_the_members_joined_is_taken(
-    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, protocol: str
+    kafka_broker: KafkaBroker,
+    make_topic: Callable[..., str],
+    unique_group: str,
+    protocol: str,
+    subscription: str,
 ) -> None:
-    """Two topics are subscribed; one exists, the other is created once both members own
-    the first's partitions. Its partitions are shared out too."""
-    present = make_topic(2)
-    later = f"later-{uuid.uuid4().hex[:10]}"
-    cfg = config(kafka_broker, unique_group, [present, later], protocol)
+    """Two members own a present topic's partitions; then a second topic is created that
+    they subscribe to, by name (subscribed before it existed) or by a pattern that now
+    matches it. Its partitions are shared out too.
+
+    On the consumer protocol the broker resolves a pattern (RE2/J, whole names) and
+    re-resolves it when its metadata changes, at most every 10 s (Kafka 4.4.0's
+    ``REGEX_BATCH_REFRESH_MIN_INTERVAL_MS``): the new topic is taken well within a minute,
+    not at the ten-minute ``group.consumer.regex.refresh.interval.ms``."""
+    prefix = f"later-{uuid.uuid4().hex[:8]}"
+    present, later = make_topic(2, name=f"{prefix}-a"), f"{prefix}-b"
+    if subscription == "names":
+        cfg = config(kafka_broker, unique_group, [present, later], protocol)
+    else:
+        cfg = config(kafka_broker, unique_group, [], protocol, topic_pattern=rf"{prefix}-.*")
     async with MemberGroup() as group:
         runners = [await group.start(cfg) for _ in range(2)]
         await group.wait_until(
             lambda: holds(runners, every(present, 2)), timeout=60, what="the present topic"
         )
-        await kafka_broker.create_topic_async(later, 4)
+        await kafka_broker.create_topic_async(later, 3)
         await group.wait_until(
-            lambda: holds(runners, every(present, 2) | every(later, 4)),
+            lambda: holds(runners, every(present, 2) | every(later, 3)),
             timeout=60,
             what="the later topic too",
-        )
-        assert not any(r.errors for r in runners)
-
-
-@pytest.mark.parametrize("protocol", PROTOCOLS)
-async def test_a_pattern_takes_a_topic_created_after_the_members_joined(
-    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, protocol: str
-) -> None:
-    """On the consumer protocol the broker resolves the pattern (RE2/J, whole names) and
-    re-resolves it when its metadata changes, at most every 10 s (Kafka 4.4.0's
-    ``REGEX_BATCH_REFRESH_MIN_INTERVAL_MS``): the new topic is taken well within a minute,
-    not at the ten-minute ``group.consumer.regex.refresh.interval.ms``."""
-    prefix = f"pat-{uuid.uuid4().hex[:8]}"
-    first = make_topic(2, name=f"{prefix}-a")
-    cfg = config(kafka_broker, unique_group, [], protocol, topic_pattern=rf"{prefix}-.*")
-    async with MemberGroup() as group:
-        runners = [await group.start(cfg) for _ in range(2)]
-        await group.wait_until(lambda: holds(runners, every(first, 2)), timeout=60, what="a")
-        second = f"{prefix}-b"
-        await kafka_broker.create_topic_async(second, 3)
-        await group.wait_until(
-            lambda: holds(runners, every(first, 2) | every(second, 3)),
-            timeout=60,
-            what="b too",
         )
         assert not any(r.errors for r in runners)
 
