@@ -7,11 +7,12 @@ Kafka dynamic with latency, a mixed Java/kgroup cooperative-sticky group on Kafk
 consumer-protocol group of kgroup, Java and confluent members on Kafka, a classic group
 rolled onto the consumer protocol under faults (kgroup only, and with Java members),
 groups whose topic grows and whose kgroup members subscribe with a pattern, tansu with a
-restart, the mock cluster with coordinator moves, broker downs and injected errors). ``--chaos-seed N`` replays one seed,
-``--chaos-count K`` runs random ones (``--chaos-java``: mixed groups only;
-``--chaos-protocol consumer|migration|migration-back``: KIP-848 groups only; the last
-rolls onto the consumer protocol and back, not a default case), ``--run-slow`` adds the
-soak. A failure prints the seed, the schedule, a one-line replay command and where the
+restart, the mock cluster with coordinator moves, broker downs and injected errors).
+``--chaos-seed N`` replays one seed, ``--chaos-count K`` runs random ones
+(``--chaos-java``: mixed groups only; ``--chaos-protocol consumer|migration|migration-back``:
+KIP-848 groups only, the last rolls onto the consumer protocol and back, not a default
+case; ``--chaos-topics``, ``--chaos-regex``: growing topics, patterns), ``--run-slow`` adds
+the soak. A failure prints the seed, the schedule, a one-line replay command and where the
 member logs are.
 
 Brokers: a private Kafka (``kafka_broker_factory``, its proxied listener behind a
