@@ -36,8 +36,7 @@ check: lint typecheck unit docs
 # Maven if missing). The integration tests mostly wait on brokers (load about 1 on 2 cores),
 # so they run on three pytest-xdist workers (each with its own session brokers); the
 # analytics tests (Spark) run beside them to overlap with the waiting, all on one worker
-# (xdist_group "spark": one JVM), but for the `kgroup report` command's test (its own JVM,
-# so any worker). The rest runs after them, on two workers: the chaos
+# (xdist_group "spark": one JVM). The rest runs after them, on two workers: the chaos
 # schedules (private brokers and member processes, mostly waiting) one after another on one
 # worker (xdist_group "chaos", tests/conftest.py), beside the unit tests and the simulation
 # (its own 2 processes).

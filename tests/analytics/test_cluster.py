@@ -184,9 +184,6 @@ def test_spark_submit_on_a_standalone_cluster(
     assert_tables_equal(got, want)
 
 
-# Its own JVM (the command's), not the shared session's: a group of its own lets another
-# worker run it beside the Spark worker's tests (about 2 of phase one's 13 minutes).
-@pytest.mark.xdist_group("spark-cli")
 def test_kgroup_report_command(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     write_logs(simulate(61, Options(groups=2)), logs, 61, spoil=True)
