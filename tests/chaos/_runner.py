@@ -89,6 +89,9 @@ MEMBER_SCRIPT = Path(__file__).with_name("_member_proc.py")
 POLL_TIMEOUT = 0.5
 #: ``metadata_max_age_ms`` of classic kgroup members when the schedule grows the topic.
 TOPIC_CHANGE_METADATA_MS = 1000
+#: Kafka 4.4.0 re-resolves a consumer group's regex at most this often after its metadata
+#: changed (``REGEX_BATCH_REFRESH_MIN_INTERVAL_MS``), seconds.
+REGEX_REFRESH_S = 10.0
 #: Seconds for the first stable group (every member starting and joining, one by one).
 INITIAL_STABLE_BOUND = {"kafka": 60.0, "tansu": 90.0, "mock": 90.0}
 #: Errors a broker's quirk makes ``poll()`` raise, tolerated (counted, not failures):
@@ -155,6 +158,8 @@ def stable_bound(schedule: Schedule) -> tuple[float, list[tuple[str, float]]]:
         terms.append(("mock ghost member expiry (session)", session))
     if schedule.topic_changes:
         terms.append(("the leader's metadata refresh", TOPIC_CHANGE_METADATA_MS / 1000.0))
+    if "create_topic" in schedule.kinds() and schedule.protocol != "classic":
+        terms.append(("the broker's regex refresh (a new topic)", REGEX_REFRESH_S))
     terms.append(("process slack", PROCESS_SLACK))
     return sum(v for _, v in terms), terms
 
@@ -1080,6 +1085,8 @@ class ChaosRunner:
             self._applied(step)
         elif kind == "add_partitions":
             self._later("add-partitions", self._grow_topic(step))
+        elif kind == "create_topic":
+            self._later("create-topic", self._create_topic(step))
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
 
@@ -1107,10 +1114,21 @@ class ChaosRunner:
     async def _grow_topic(self, step: Step) -> None:
         total = int(step.arg("total"))
         await self.target.grow_topic(self.topic, total)
-        total = max(total, len(self.partitions))  # a later step's call may have ended first
-        self.partitions = frozenset(TopicPartition(self.topic, p) for p in range(total))
-        self.result.grown_to = total
+        mine = [tp for tp in self.partitions if tp.topic == self.topic]
+        total = max(total, len(mine))  # a later step's call may have ended first
+        others = {tp for tp in self.partitions if tp.topic != self.topic}
+        self.partitions = frozenset(others | {TopicPartition(self.topic, p) for p in range(total)})
+        self.result.grown_to = len(self.partitions)
         self._applied(step, f"{self.topic} has {total} partitions")
+        self._changed.set()
+
+    async def _create_topic(self, step: Step) -> None:
+        """A second topic that the members' pattern matches (``{topic}-{index}``)."""
+        name, count = f"{self.topic}-{step.arg('index')}", int(step.arg("partitions"))
+        await self.target.create_topic(name, count)
+        self.partitions |= {TopicPartition(name, p) for p in range(count)}
+        self.result.grown_to = len(self.partitions)
+        self._applied(step, f"{name} ({count} partitions)")
         self._changed.set()
 
     def _mock(self) -> MockCluster:

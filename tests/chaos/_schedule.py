@@ -37,6 +37,11 @@ Fault kinds (``Step.kind``: brokers; ``Step.args``):
   grows the group's topic to ``total`` partitions; the group must end up owning them all.
   Drawn apart from the other faults (:func:`_add_topic_changes`), never while the broker
   restarts.
+- ``create_topic`` (kafka, schedules with ``topic_changes`` and ``pattern`` and no Java or
+  confluent member; ``index``, ``partitions``): a second topic, named after the group's
+  topic with ``-INDEX`` appended, which the members' pattern then matches; the group must
+  end up owning its partitions too. Drawn like ``add_partitions``, from a generator of its
+  own.
 
 Proxy faults never overlap (each ends with a heal), nor do broker restarts or downs.
 Members named in steps are slots ``m1`` .. ``mN``; a ``rejoin`` starts a new process (a new
@@ -164,6 +169,7 @@ FAULT_KINDS = (
     "inject_errors",
     "roll",
     "add_partitions",
+    "create_topic",
 )
 
 #: How likely each fault is, per broker (weights; a fault whose preconditions do not hold
@@ -673,6 +679,8 @@ def make_schedule(
         _roll_back(rng, line, max(t, main))
     if topic_changes:
         _add_topic_changes(random.Random(f"topics/{seed}"), line, main, n_partitions)
+        if pattern and not (java_members or confluent_members):
+            _add_new_topic(random.Random(f"new-topic/{seed}"), line, main)
     return Schedule(
         seed=seed,
         broker=broker,
@@ -712,6 +720,22 @@ def _add_topic_changes(rng: random.Random, line: _Timeline, window: float, start
     for t in sorted(times):
         total += rng.randint(1, 3)
         line.steps.append(Step.make(t, "add_partitions", total=total))
+    line.steps.sort(key=lambda step: step.at)
+
+
+def _add_new_topic(rng: random.Random, line: _Timeline, window: float) -> None:
+    """One ``create_topic`` step (1 to 4 partitions) inside ``window``, never while the
+    broker restarts (a time that falls then is drawn again); then the steps in time order."""
+    busy = [
+        (s.at - 1.0, s.at + RESTART_BUSY["hard" if s.arg("hard") else "soft"])
+        for s in line.steps
+        if s.kind == "broker_restart"
+    ]
+    for _attempt in range(20):
+        t = round(rng.uniform(0.5, window - 1.0), 3)
+        if not any(begin <= t < end for begin, end in busy):
+            line.steps.append(Step.make(t, "create_topic", index=2, partitions=rng.randint(1, 4)))
+            break
     line.steps.sort(key=lambda step: step.at)
 
 

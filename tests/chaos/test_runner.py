@@ -19,7 +19,7 @@ import pytest
 from kgroup import TopicPartition
 from kgroup.testing import JavaMember
 
-from ._kip848 import conversions
+from ._kip848 import conversions, why_not_stable_consumer
 from ._runner import ChaosRunner, MemberProc, Target
 from ._schedule import MemberSpec, Schedule, Step, Timeouts
 
@@ -283,6 +283,40 @@ def test_a_consumer_group_waiting_for_a_members_share_is_not_stable(consumer_gro
     runner.feed(java, line("status", 1.0, generation=2, member_id="j", assignment=parts(3)))
     runner.feed(rdk, line("status", 1.0, member_id="c", assignment=[]))
     assert str(runner.why_not_stable()).startswith("not balanced yet")
+
+
+class _Settled:
+    """A kgroup member for :func:`why_not_stable_consumer`: STABLE with ``assignment``."""
+
+    foreign = False
+
+    def __init__(self, name: str, assignment: list[tuple[str, int]]) -> None:
+        self.name = name
+        self.assignment = assignment
+        self.status: dict[str, Any] | None = {"state": "STABLE", "assignment": assignment}
+
+
+def test_two_topics_may_be_balanced_per_topic_or_in_total() -> None:
+    """Once a pattern matched a second topic: ``range`` balances each topic (totals may
+    differ by more than one), ``uniform`` the totals; a member still waiting for its share
+    is unbalanced either way."""
+    a, b = "t", "t-2"
+    everything = [TopicPartition(a, p) for p in range(3)] + [TopicPartition(b, p) for p in range(3)]
+
+    def check(*members: _Settled) -> str | None:
+        owners = {TopicPartition(t, p): [m.name] for m in members for t, p in m.assignment}
+        return why_not_stable_consumer(members, everything, owners, {})
+
+    per_topic = [_Settled("m1", [(a, 0), (a, 1), (b, 0), (b, 1)]), _Settled("m2", [(a, 2), (b, 2)])]
+    assert check(*per_topic) is None  # range: 4 and 2, each topic 2/1
+    totals = [_Settled("m1", [(a, 0), (a, 1), (a, 2)]), _Settled("m2", [(b, 0), (b, 1), (b, 2)])]
+    assert check(*totals) is None  # uniform: 3 and 3
+    waiting = [
+        _Settled("m1", [(a, 0), (a, 1), (b, 0), (b, 1)]),
+        _Settled("m2", [(a, 2), (b, 2)]),
+        _Settled("m3", []),
+    ]
+    assert str(check(*waiting)).startswith("not balanced yet")
 
 
 def test_a_confluent_hold_overlapping_a_kgroup_hold_fails_invariant_1(consumer_group: Any) -> None:

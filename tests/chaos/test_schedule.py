@@ -53,7 +53,7 @@ SEEDS = range(1, 301)
 def without_topic_changes(s: Schedule) -> Schedule:
     """``s`` as drawn without ``topic_changes`` (its add_partitions steps dropped) and
     without ``pattern``."""
-    steps = tuple(st for st in s.steps if st.kind != "add_partitions")
+    steps = tuple(st for st in s.steps if st.kind not in ("add_partitions", "create_topic"))
     return dataclasses.replace(s, steps=steps, topic_changes=False, pattern=False)
 
 
@@ -148,6 +148,7 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
             assert not s.static, "tansu stalls static groups (schedule_for)"
         allowed = set(WEIGHTS[broker]) | ({"roll"} if s.protocol in MIGRATIONS else set())
         allowed |= {"add_partitions"} if s.topic_changes else set()
+        allowed |= {"create_topic"} if s.topic_changes and s.pattern else set()
         assert s.kinds() <= allowed, "a fault of another broker or protocol"
         assert list(s.steps) == sorted(s.steps, key=lambda st: st.at)
         # every fault starts and ends inside the window
@@ -165,7 +166,8 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
         bound, terms = stable_bound(s)
         assert bound == pytest.approx(sum(v for _, v in terms))
         assert bound > s.timeouts.session + s.timeouts.max_poll_ms / 1000
-    every = set(WEIGHTS[broker]) | ({"roll", "add_partitions"} if broker == "kafka" else set())
+    kafka_only = {"roll", "add_partitions", "create_topic"}
+    every = set(WEIGHTS[broker]) | (kafka_only if broker == "kafka" else set())
     assert seen == every, f"kinds never drawn: {every - seen}"
 
 
@@ -523,3 +525,26 @@ def test_patterns_are_drawn_apart_and_change_no_fault() -> None:
         assert not any(schedule_for(broker, seed).pattern for seed in SEEDS)
     chosen = [schedule_for(b, n) for b, n in default_cases()]
     assert {s.protocol for s in chosen if s.pattern} >= {"classic", "consumer"}
+
+
+def test_a_new_topic_for_the_pattern_comes_with_topic_changes_and_kgroup_members_only() -> None:
+    """A ``create_topic`` step (one, ``{topic}-2``, 1 to 4 partitions) comes only with
+    ``topic_changes`` and ``pattern`` in a group without Java or confluent members (they
+    subscribe by name), inside the window and never while the broker restarts."""
+    kafka = [schedule_for("kafka", seed) for seed in range(1, 1200)]
+    created = [s for s in kafka if "create_topic" in s.kinds()]
+    assert len(created) > 10
+    assert {s.protocol for s in created} >= {"classic", "consumer"}
+    for s in kafka:
+        steps = [st for st in s.steps if st.kind == "create_topic"]
+        assert len(steps) <= 1
+        if steps:
+            assert s.topic_changes and s.pattern and not s.foreign_slots
+            assert steps[0].arg("index") == 2 and 1 <= steps[0].arg("partitions") <= 4
+            assert 0 < steps[0].at < s.fault_window - 0.5
+            for r in (st for st in s.steps if st.kind == "broker_restart"):
+                busy = RESTART_BUSY["hard" if r.arg("hard") else "soft"]
+                assert not r.at - 1.0 <= steps[0].at < r.at + busy
+        elif s.topic_changes and s.pattern and not s.foreign_slots:
+            restarts = sum(st.kind == "broker_restart" for st in s.steps)
+            assert restarts >= 2, "no free second for it"
