@@ -311,7 +311,8 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     #: on_partitions_revoked callbacks that ended because poll() was cancelled
     cancelled_revokes: int = 0
-    #: the topic's partitions at the end, when add_partitions steps grew it
+    #: the group's partitions at the end (every topic), when add_partitions or
+    #: create_topic steps added some
     grown_to: int | None = None
     #: the group did not stabilise because the broker stalled (a known broker defect)
     broker_stalls: int = 0
