@@ -702,20 +702,10 @@ def make_schedule(
 
 def _add_topic_changes(rng: random.Random, line: _Timeline, window: float, start: int) -> None:
     """One or two ``add_partitions`` steps inside ``window``, each growing the topic by 1
-    to 3 partitions, never while the broker restarts (a time that falls then is drawn
-    again). The steps are then put in time order with the others."""
-    busy = [
-        (s.at - 1.0, s.at + RESTART_BUSY["hard" if s.arg("hard") else "soft"])
-        for s in line.steps
-        if s.kind == "broker_restart"
-    ]
-    times = []
-    for _ in range(rng.randint(1, 2)):
-        for _attempt in range(20):
-            t = round(rng.uniform(0.5, window - 1.0), 3)
-            if not any(begin <= t < end for begin, end in busy):
-                times.append(t)
-                break
+    to 3 partitions, at :func:`_free_time`. The steps are then put in time order with the
+    others."""
+    drawn = [_free_time(rng, line, window) for _ in range(rng.randint(1, 2))]
+    times = [t for t in drawn if t is not None]
     total = start
     for t in sorted(times):
         total += rng.randint(1, 3)
@@ -724,8 +714,18 @@ def _add_topic_changes(rng: random.Random, line: _Timeline, window: float, start
 
 
 def _add_new_topic(rng: random.Random, line: _Timeline, window: float) -> None:
-    """One ``create_topic`` step (1 to 4 partitions) inside ``window``, never while the
-    broker restarts (a time that falls then is drawn again); then the steps in time order."""
+    """One ``create_topic`` step (1 to 4 partitions) at :func:`_free_time`; then the steps
+    in time order."""
+    t = _free_time(rng, line, window)
+    if t is not None:
+        line.steps.append(Step.make(t, "create_topic", index=2, partitions=rng.randint(1, 4)))
+    line.steps.sort(key=lambda step: step.at)
+
+
+def _free_time(rng: random.Random, line: _Timeline, window: float) -> float | None:
+    """A time in ``[0.5, window - 1)`` while no broker restarts (from a second before it
+    to :data:`RESTART_BUSY` after), drawn again when it falls in one; None after 20 draws
+    (restarts back to back leave no such time)."""
     busy = [
         (s.at - 1.0, s.at + RESTART_BUSY["hard" if s.arg("hard") else "soft"])
         for s in line.steps
@@ -734,9 +734,8 @@ def _add_new_topic(rng: random.Random, line: _Timeline, window: float) -> None:
     for _attempt in range(20):
         t = round(rng.uniform(0.5, window - 1.0), 3)
         if not any(begin <= t < end for begin, end in busy):
-            line.steps.append(Step.make(t, "create_topic", index=2, partitions=rng.randint(1, 4)))
-            break
-    line.steps.sort(key=lambda step: step.at)
+            return t
+    return None
 
 
 def _roll_back(rng: random.Random, line: _Timeline, t: float) -> None:
