@@ -123,6 +123,9 @@ async def test_static_member_restarted_within_session_gets_its_assignment_back(
         a, b = await group.start(cfg("instance-a")), await group.start(cfg("instance-b"))
         await group.wait_until(lambda: covered([a, b], topic, 6), timeout=60, what="stable")
         before_a, generation = a.assignment, b.member.generation.generation_id
+        # b's callbacks so far: one assign, or more when a joined after b's first
+        # generation had formed (seen on a loaded machine); what follows is the restart's.
+        seen = len(b.events)
         await a.close()  # a static member sends no LeaveGroup: the group keeps its slot
         assert a.member.closed
         restarted = await group.start(cfg("instance-a"))
@@ -133,7 +136,7 @@ async def test_static_member_restarted_within_session_gets_its_assignment_back(
         if kind(broker) == "kafka":
             # Kafka replaces the static member without a rebalance: b never moved.
             assert b.member.generation.generation_id == generation
-            assert [e.callback for e in b.events] == ["on_partitions_assigned"]
+            assert [e.callback for e in b.events[seen:]] == []
 
 
 async def test_second_member_with_same_instance_id_fences_the_first(
