@@ -305,6 +305,8 @@ class HeartbeatDriver(ConsumerMemberBase):
         if self._in_flight is None or self._in_flight[0] is not sent:
             return False
         self._signals.wake_heartbeat = True
+        if self.state is S.RECONCILING and self._reconciling is None:
+            self._signals.wake_poll = True  # a reconciliation may await this answer
         return True
 
     def _back_off(self, now: float) -> None:

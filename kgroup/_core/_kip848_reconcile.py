@@ -64,6 +64,8 @@ class PollDriver(ConsumerMemberBase):
                 return ReleaseOnLeave(self.named(self.owned), lost=self.member_epoch <= 0)
             return PollIdle()
         if self.state is S.RECONCILING and self._reconciling is None:
+            if self._awaits_heartbeat():
+                return PollIdle()  # woken by the heartbeat's answer
             return self._reconcile(now)
         return PollIdle(self._resolve_wake(now))
 
@@ -71,7 +73,28 @@ class PollDriver(ConsumerMemberBase):
         """Whether ``poll()`` has something to do or raise now."""
         if self.fatal is not None or self._report is not None or self._lost_reason:
             return True
-        return self.state is S.RECONCILING and self._reconciling is None
+        return (
+            self.state is S.RECONCILING
+            and self._reconciling is None
+            and not self._awaits_heartbeat()
+        )
+
+    def _awaits_heartbeat(self) -> bool:
+        """Whether the next reconciliation waits for the heartbeat in flight: it would take
+        up partitions that heartbeat does not report. The broker, reading it, may take them
+        as released and, under a newer target, give them to another member at once, while
+        this member installs them (seen in the simulation: a heartbeat sent, then the poll
+        path assigned a partition, then the broker read the heartbeat). Its answer says
+        whether they are still this member's. Revoking never waits: a heartbeat that still
+        reports a revoked partition only delays its handoff; nor does a heartbeat that
+        leaves its partitions out (Kafka then counts what it assigned as owned)."""
+        if self._in_flight is None or self.target is None:
+            return False
+        sent, _, fields = self._in_flight
+        if sent.request.topic_partitions is None:
+            return False
+        adding = frozenset(p for p in self.target if p.topic_id in self.names) - self.owned
+        return not adding <= fields.owned
 
     def rebalance_pending(self) -> bool:
         """Whether the member is joining, converging on a new target, or must rejoin."""

@@ -1083,3 +1083,47 @@ def test_pickup_off_and_after_a_failure_the_interval_rules() -> None:
     h.answer(again, epoch=5)
     wait = h.hb()
     assert isinstance(wait, HeartbeatWait) and wait.until == again.sent_at + 5_000
+
+
+@pytest.mark.parametrize("newer", [True, False], ids=["moved-away", "still-ours"])
+def test_a_reconciliation_waits_for_a_heartbeat_that_reports_partitions_without_its_own(
+    newer: bool,
+) -> None:
+    """Simulation seeds 1234 and 1956 (``--flavor consumer``, partitions added under the
+    faults): a full heartbeat (after an error) reported the member's partitions; then the
+    poll path installed one more from its target before the broker read that heartbeat.
+    The broker took the missing partition as released and, under a newer target, gave it
+    to another member at once: two owners. A reconciliation that would take up partitions
+    the heartbeat in flight does not report now waits for its answer: either the
+    partition went to another member (it is never installed) or it is still this
+    member's (installed then)."""
+    h = Harness()
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=5, assigned=assignment((T1, (0,))))
+    h.poll()  # installs t1-0
+    h.answer(h.send(), epoch=5)  # acknowledged
+    h.at(5_000)
+    h.answer(h.send(), epoch=6, assigned=assignment((T1, (0, 1))))  # t1-1 added
+    assert h.state() is S.RECONCILING
+    h.at(h.hb().until)
+    failed = h.send()
+    h.m.on_heartbeat_failed(failed, h.now, "connection reset", disconnected=False)
+    h.at(h.hb().until)
+    full = h.send()  # after an error: full, reporting t1-0 only
+    assert full.request.topic_partitions == assignment((T1, (0,)))
+    assert isinstance(h.poll(), PollIdle)  # t1-1 is not taken up while it is in flight
+    assert h.m.owned == {IdPartition(T1, 0)}
+    assert not h.m.poll_work_pending()
+    h.at(h.now + 10)
+    h.m.take_signals()
+    if newer:  # the broker gave t1-1 to another member
+        h.answer(full, epoch=7, assigned=assignment((T1, (0,))))
+        h.poll()
+        assert h.m.owned == {IdPartition(T1, 0)}
+        assert ("assigned", frozenset({TopicPartition("t1", 1)})) not in h.calls
+    else:  # t1-1 is still this member's: installed now
+        h.answer(full, epoch=6)
+        assert h.m.take_signals().wake_poll  # the waiting poll() looks again
+        h.drain()
+        assert h.m.owned == {IdPartition(T1, 0), IdPartition(T1, 1)}
