@@ -35,7 +35,12 @@ differ from the 2024 sources (``test_model_vs_kafka_848.py`` keeps them compared
   from the holder's own member id (4.4.0); a heartbeat (epoch > 0) from a replaced member
   id is FENCED_INSTANCE_ID.
 
-Not modelled: regex subscriptions, topic metadata changes, rack awareness, the range
+- **Partitions added** (:meth:`ConsumerGroupModel.topics_changed`): the group epoch is
+  bumped at once and the next heartbeat computes a target over every partition (Kafka
+  does so at the next heartbeat after its metadata image changed; compared with Kafka by
+  the ``growth`` script of ``test_model_vs_kafka_848.py``).
+
+Not modelled: regex subscriptions, topics created or deleted, rack awareness, the range
 server assignor, classic members in a consumer group, the group size limit, assignment
 batching (interval 0), offsets. Every change is durable at once (the persisted record is
 the whole state): a coordinator that loads the group sees every answered change.
@@ -293,6 +298,20 @@ class ConsumerGroupModel:
     def _bump(self) -> None:
         self.group_epoch += 1
         self.rebalances += 1
+
+    def topics_changed(self, topics: Mapping[str, int]) -> None:
+        """The broker's metadata changed a topic the group subscribes to (Kafka's
+        ``onMetadataUpdate``): the partitions to assign follow, and the group epoch is bumped
+        so that the next heartbeat computes a new target."""
+        self.config = replace(self.config, topics=dict(topics))
+        self.universe = sorted(
+            (P(topic_id(t), p) for t, n in self.config.topics.items() for p in range(n)),
+            key=lambda p: (str(p.topic_id), p.partition),
+        )
+        if self.exists:
+            self._bump()
+            self._trace(f"topics {dict(topics)}: group epoch {self.group_epoch}")
+            self._save()
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------
 

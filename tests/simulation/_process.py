@@ -265,10 +265,10 @@ class SimTransport:
         return response
 
     async def partitions_for(self, topics: Sequence[str]) -> dict[str, int]:
-        return {t: n for t, n in self._proc.world.params.topics if t in topics}
+        return {t: n for t, n in self._proc.world.topics.items() if t in topics}
 
     async def list_topics(self) -> dict[str, int]:
-        return dict(self._proc.world.params.topics)
+        return dict(self._proc.world.topics)
 
     async def aclose(self) -> None:
         self._proc.close_connections("transport closed")

@@ -75,6 +75,7 @@ from ._world848 import (
     deterministic_member_ids,
     error_response_848,
     metadata_response,
+    plan_topic_growth,
     spin_guard,
     stable_bound_848_ms,
     stable_state_848,
@@ -112,6 +113,7 @@ FAULT_KINDS = (
     "leave",
     "coordinator_move",
     "broker_restart",
+    "grow_topic",
 )
 
 INJECTED_ERRORS: dict[type, tuple[int, ...]] = {
@@ -442,7 +444,7 @@ class Cluster:
                 config=BrokerConfig848(
                     session_timeout_ms=params.session_ms,
                     heartbeat_interval_ms=params.heartbeat_ms,
-                    topics=dict(params.topics),
+                    topics=dict(self.world.topics),
                 ),
                 timers=self._timers,
                 persist=self._persist,
@@ -909,6 +911,8 @@ class World:
         self.failure: SimulationFailure | None = None
         self.ownership = Ownership()
         self.broker_config = BrokerConfig(initial_rebalance_delay_ms=params.initial_delay_ms)
+        #: The topics' partition counts now (a consumer-protocol schedule may grow one).
+        self.topics: dict[str, int] = dict(params.topics)
         self.net = Network(self)
         self.cluster = Cluster(self, params.nodes)
         self.slots: dict[str, Process | None] = {}
@@ -1138,7 +1142,7 @@ def stable_state(world: World) -> str | None:
             return f"{proc.holder} owns {sorted(owned)} != broker's"
         union |= owned
         count += len(owned)
-    everything = universe(world.params.kind, world.params.topics)
+    everything = universe(world.params.kind, tuple(world.topics.items()))
     if union != everything or count != len(everything):
         return "partitions not each held exactly once"
     return kind_unstable(world.params.kind, ids)
@@ -1223,6 +1227,8 @@ def _run_world(world: World, seed: int) -> Result:
         kind = rng.choices(kinds, weights=[weights[k] for k in kinds])[0]
         world.sched.at(rng.uniform(fault_start, fault_end), _fault, world, kind)
     world.sched.at(fault_end, _heal, world)
+    if params.kind.consumer_protocol:
+        plan_topic_growth(world, seed, fault_start, fault_end)
 
     bound = params.stable_bound_ms
     settle = 2 * params.session_ms + params.max_poll_ms

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import random
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
@@ -56,6 +57,7 @@ __all__ = [
     "deterministic_member_ids",
     "error_response_848",
     "metadata_response",
+    "plan_topic_growth",
     "spin_guard",
     "stable_bound_848_ms",
     "stable_state_848",
@@ -182,9 +184,38 @@ def describe_configs_response(world: World, msg: DescribeConfigsRequest) -> Desc
     return DescribeConfigsResponse(results=tuple(results))
 
 
+#: How likely a consumer-protocol schedule grows its first topic in the fault window.
+GROWTH_PROBABILITY = 0.3
+
+
+def plan_topic_growth(world: World, seed: int, start: float, end: float) -> None:
+    """With :data:`GROWTH_PROBABILITY`, topic ``t0`` gains 1 to 3 partitions at a random
+    time in the fault window. Drawn from a stream of its own, so the schedule's other draws
+    are the same with it or without."""
+    rng = random.Random(f"kgroup-sim-topics-{seed}")
+    if rng.random() < GROWTH_PROBABILITY:
+        world.sched.at(rng.uniform(start, end), grow_topic, world, "t0", rng.randint(1, 3))
+
+
+def grow_topic(world: World, topic: str, extra: int) -> None:
+    """CreatePartitions: Metadata names the new partitions at once, and the group's
+    coordinator bumps the group epoch (:meth:`ConsumerGroupModel.topics_changed`). While no
+    coordinator has the group loaded, the change waits for one (a broker's metadata update
+    and a group load come in some order; a load from a record of the old partitions would
+    not know they changed)."""
+    group = world.cluster.group
+    if not isinstance(group, ConsumerGroupModel):
+        world.sched.at(world.now + 50.0, grow_topic, world, topic, extra)
+        return
+    world.count("grow_topic")
+    world.topics[topic] += extra
+    world.log("fault", f"topic {topic} grows to {world.topics[topic]} partitions")
+    world.guard_model(group.topics_changed, dict(world.topics))
+
+
 def metadata_response(world: World, msg: MetadataRequest) -> MetadataResponse:
     """Metadata from any broker: the schedule's topics, by id (v12+) or by name."""
-    topics = dict(world.params.topics)
+    topics = dict(world.topics)
     by_id = {topic_id(t): t for t in topics}
     nodes = world.cluster.up
     brokers = tuple(

@@ -67,7 +67,14 @@ class Wait:
     ms: float
 
 
-Step = Hb | Wait
+@dataclass(frozen=True)
+class Grow:
+    """CreatePartitions: the topic now has ``total`` partitions."""
+
+    total: int
+
+
+Step = Hb | Wait | Grow
 
 
 class Side:
@@ -86,6 +93,9 @@ class Side:
     async def wait(self, ms: float) -> None:
         raise NotImplementedError
 
+    async def grow(self, total: int) -> None:
+        raise NotImplementedError
+
     def topic(self) -> uuid.UUID:
         raise NotImplementedError
 
@@ -94,6 +104,9 @@ class Side:
         for step in script:
             if isinstance(step, Wait):
                 await self.wait(step.ms)
+                continue
+            if isinstance(step, Grow):
+                await self.grow(step.total)
                 continue
             seen = self.epochs.setdefault(step.member, [0])
             epoch = step.epoch
@@ -188,15 +201,21 @@ class ModelSide(Side):
     async def wait(self, ms: float) -> None:
         self.timers.advance(ms)
 
+    async def grow(self, total: int) -> None:
+        self.model.topics_changed({self.topic_name: total})
+
     def topic(self) -> uuid.UUID:
         return topic_id(self.topic_name)
 
 
 class KafkaSide(Side):
-    def __init__(self, conn: Any, tid: uuid.UUID) -> None:
+    def __init__(self, conn: Any, tid: uuid.UUID, bootstrap: str, group: str, topic: str) -> None:
         super().__init__()
         self.conn = conn
         self.tid = tid
+        self.bootstrap = bootstrap
+        self.group = group
+        self.topic_name = topic
 
     async def send(self, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
         resp: ConsumerGroupHeartbeatResponse = await self.conn.request(req, 10_000)
@@ -205,8 +224,50 @@ class KafkaSide(Side):
     async def wait(self, ms: float) -> None:
         await asyncio.sleep(ms / 1000)
 
+    async def grow(self, total: int) -> None:
+        """CreatePartitions, then until the group coordinator assigns every partition to a
+        throwaway group on the same shard: its metadata image has them. (Metadata names them
+        a little earlier, and other shards may take the change later: heartbeats sent then
+        still found the group at its old epoch.)"""
+        from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_partitions({self.topic_name: NewPartitions(total_count=total)})
+        finally:
+            await admin.close()
+        await _until_the_coordinator_sees(
+            self.conn, _same_shard(self.group), self.topic_name, partitions=total
+        )
+
     def topic(self) -> uuid.UUID:
         return self.tid
+
+
+#: ``offsets.topic.num.partitions`` of the test broker (``kgroup.testing``'s Kafka).
+OFFSETS_PARTITIONS = 3
+
+
+def _offsets_partition(group: str) -> int:
+    """The __consumer_offsets partition of ``group``: Kafka's ``Utils.abs(
+    groupId.hashCode()) % partitions``, Java's String hash."""
+    h = 0
+    for ch in group:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    signed = h - (1 << 32) if h >= 1 << 31 else h
+    return (0 if signed == -(1 << 31) else abs(signed)) % OFFSETS_PARTITIONS
+
+
+def _same_shard(group: str) -> str:
+    """A throwaway group on ``group``'s coordinator shard: the shards take a metadata
+    change each in turn, so only one of the same shard shows that ``group``'s has it."""
+    wanted = _offsets_partition(group)
+    return next(
+        name
+        for name in (f"{group}-grown-{i}" for i in range(1000))
+        if _offsets_partition(name) == wanted
+    )
 
 
 def normalized(answers: list[Answer]) -> list[Answer]:
@@ -220,9 +281,12 @@ def normalized(answers: list[Answer]) -> list[Answer]:
     return out
 
 
-async def _until_the_coordinator_sees(conn: Any, group: str, topic: str) -> None:
-    """A topic just created may not be in the group coordinator's metadata yet (a join then
-    gets an empty assignment): join a throwaway group until it assigns the partitions."""
+async def _until_the_coordinator_sees(
+    conn: Any, group: str, topic: str, partitions: int | None = None
+) -> None:
+    """A topic just created (or grown) may not be in the group coordinator's metadata yet
+    (a join then gets an empty assignment, or the old partitions): join a throwaway group
+    until it assigns the partitions (all ``partitions`` of them, when given)."""
     for attempt in range(100):
         member = f"warm-{attempt}-{uuid.uuid4()}"
         join = ConsumerGroupHeartbeatRequest(
@@ -237,7 +301,8 @@ async def _until_the_coordinator_sees(conn: Any, group: str, topic: str) -> None
         if resp.error_code == 0:
             leave = ConsumerGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=-1)
             await conn.request(leave, 10_000)
-            if resp.assignment:
+            got = sum(len(t.partitions) for t in resp.assignment or ())
+            if got and (partitions is None or got == partitions):
                 return
         await asyncio.sleep(0.2)
     raise AssertionError(f"the group coordinator never assigned {topic}")
@@ -260,7 +325,8 @@ async def run_both(broker: KafkaBroker, group: str, topic: str, script: list[Ste
                 break
             await asyncio.sleep(0.2)
         await _until_the_coordinator_sees(conn, f"{group}-warm", topic)
-        kafka = await KafkaSide(conn, tid).run(group, topic, script)
+        side = KafkaSide(conn, tid, broker.bootstrap, group, topic)
+        kafka = await side.run(group, topic, script)
     finally:
         await conn.aclose()
     steps = [s for s in script if isinstance(s, Hb)]
@@ -334,18 +400,38 @@ DEADLINE: list[Step] = [
 ]
 
 
-@pytest.mark.parametrize("name", ["dynamic", "static", "deadline"])
+#: Partitions added to the subscribed topic: the group epoch moves on and the new
+#: partitions are shared out (what the simulation's ``grow_topic`` relies on).
+GROWTH: list[Step] = [
+    Hb("a", 0),
+    Hb("a", owned=ALL),
+    Hb("b", 0),
+    Hb("a", owned=ALL),  # asked to revoke three
+    Hb("a", owned=(0, 1, 2)),
+    Hb("b", owned=()),  # b gets them
+    Hb("b", owned=(3, 4, 5)),
+    Grow(PARTITIONS + 2),
+    Hb("a", owned=(0, 1, 2)),  # a new epoch and a new assignment with a new partition
+    Hb("b", owned=(3, 4, 5)),  # likewise the other
+    Hb("a"),  # owned not sent: nothing changes
+    Hb("b"),
+]
+
+SCRIPTS = {"dynamic": DYNAMIC, "static": STATIC, "deadline": DEADLINE, "growth": GROWTH}
+
+
+@pytest.mark.parametrize("name", list(SCRIPTS))
 async def test_model_answers_as_kafka(
     kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, name: str
 ) -> None:
-    script = {"dynamic": DYNAMIC, "static": STATIC, "deadline": DEADLINE}[name]
+    script = SCRIPTS[name]
     await run_both(kafka_broker, unique_group, make_topic(PARTITIONS), script)
 
 
 def test_scripts_run_on_the_model_alone() -> None:
     """The model side of every script, with no broker (it must not raise, and the model's
     checks hold throughout)."""
-    for script in (DYNAMIC, STATIC, DEADLINE):
+    for script in SCRIPTS.values():
         side = ModelSide("g", "t")
         answers = asyncio.run(side.run("g", "t", script))
         side.model.check()

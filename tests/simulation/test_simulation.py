@@ -14,6 +14,8 @@ range -> cooperative-sticky directly, whose refused members are restarted with t
 list), where restarted members come back upgraded; leader 15, ``kgroup.LeaderElection``;
 shards 15, ``kgroup.WorkSharding`` (4 in 5 of these two cooperative, the rest eager). The
 protocol is drawn from a stream of its own, so a classic seed has the kind it always had.
+3 in 10 consumer-protocol schedules also add partitions to topic ``t0`` during the faults
+(``grow_topic``, from a stream of its own too: ``_world848.plan_topic_growth``).
 
 Every schedule checks five invariants (the consumer protocol: 1 to 4):
 
