@@ -85,9 +85,10 @@ class PollDriver(ConsumerMemberBase):
         as released and, under a newer target, give them to another member at once, while
         this member installs them (seen in the simulation: a heartbeat sent, then the poll
         path assigned a partition, then the broker read the heartbeat). Its answer says
-        whether they are still this member's. Revoking never waits: a heartbeat that still
-        reports a revoked partition only delays its handoff; nor does a heartbeat that
-        leaves its partitions out (Kafka then counts what it assigned as owned)."""
+        whether they are still this member's. A reconciliation that only revokes never
+        waits (a heartbeat that still reports a revoked partition only delays its handoff),
+        nor does one behind a heartbeat that leaves its partitions out (Kafka then counts
+        what it assigned as owned)."""
         if self._in_flight is None or self.target is None:
             return False
         sent, _, fields = self._in_flight

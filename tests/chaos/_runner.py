@@ -220,7 +220,7 @@ class Target:
                     raise
             finally:
                 await admin.close()
-            await asyncio.sleep(1.0)
+            await asyncio.sleep(0.25)  # then try again, until the deadline
 
 
 async def _partition_count(admin: Any, topic: str) -> int:
