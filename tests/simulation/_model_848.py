@@ -177,6 +177,14 @@ def sticky_assign(
     return {m: frozenset(ps) for m, ps in new.items()}
 
 
+def _universe(topics: Mapping[str, int]) -> list[IdPartition]:
+    """Every partition of ``topics``, in a stable order."""
+    return sorted(
+        (P(topic_id(t), p) for t, n in topics.items() for p in range(n)),
+        key=lambda p: (str(p.topic_id), p.partition),
+    )
+
+
 class ConsumerGroupModel:
     """One consumer group on its coordinator (see the module docstring)."""
 
@@ -201,10 +209,7 @@ class ConsumerGroupModel:
         self.target: dict[str, frozenset[IdPartition]] = {}
         #: Group epoch bumps (the summary's "rebalances").
         self.rebalances = 0
-        self.universe = sorted(
-            (P(topic_id(t), p) for t, n in config.topics.items() for p in range(n)),
-            key=lambda p: (str(p.topic_id), p.partition),
-        )
+        self.universe = _universe(config.topics)
 
     @classmethod
     def load(
@@ -304,10 +309,7 @@ class ConsumerGroupModel:
         ``onMetadataUpdate``): the partitions to assign follow, and the group epoch is bumped
         so that the next heartbeat computes a new target."""
         self.config = replace(self.config, topics=dict(topics))
-        self.universe = sorted(
-            (P(topic_id(t), p) for t, n in self.config.topics.items() for p in range(n)),
-            key=lambda p: (str(p.topic_id), p.partition),
-        )
+        self.universe = _universe(self.config.topics)
         if self.exists:
             self._bump()
             self._trace(f"topics {dict(topics)}: group epoch {self.group_epoch}")
