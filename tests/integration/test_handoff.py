@@ -150,15 +150,23 @@ async def test_close_hands_off_on_tansu(
     """On tansu too: the marked rejoin, nothing for the leaver, its revoke and leave, and
     the survivors owning everything after, never a partition held twice. (tansu holds a
     JoinGroup until its rebalance ends, about half the session, so here the handoff does not
-    shorten the gap; it must only be safe and complete.)"""
+    shorten the gap; it must only be safe and complete.)
+
+    The timings follow from how tansu answers (docs/design/brokers.md): it looks for a
+    follower's assignment about once a second, so the leader's own follow-up rejoin, one
+    heartbeat interval after its sync, must come later than that (2 s), or the followers'
+    SyncGroups are answered REBALANCE_IN_PROGRESS and the handoff fails. The leaver's
+    heartbeats wait behind its held SyncGroup, so its lease rests on its JoinGroup's send
+    time: the survivors' notice (one interval) plus their held JoinGroup (half the
+    session) plus that second must fit in the session (10 s)."""
     topic = make_topic(4)
     cfg = group_config(
         tansu_broker,
         unique_group,
         topic,
         assignors=COOP,
-        heartbeat_interval_ms=500,
-        session_timeout_ms=6_000,
+        heartbeat_interval_ms=2_000,
+        session_timeout_ms=10_000,
         request_timeout_ms=30_000,
     )
     async with MemberGroup() as group:
