@@ -11,7 +11,11 @@ differ from the 2024 sources (``test_model_vs_kafka_848.py`` keeps them compared
 - **Target assignment.** Recomputed on the first heartbeat (from any member) that finds the
   group epoch ahead of the assignment epoch (``group.consumer.assignment.interval.ms`` = 0).
   The assignor is sticky and balanced (like ``uniform``): every member keeps what it had
-  up to its quota, the rest go to the members below theirs.
+  up to its quota, the rest go to the members below theirs. It meets the members in the
+  order of their ids; Kafka's meets them in the order of a Java ``HashMap`` of the ids
+  (measured: the ``growth`` script places the new partitions the other way round when the
+  buckets are), so which member gets which free partition or extra quota can differ. The
+  model-vs-Kafka scripts draw ids on which both orders agree.
 - **Revocation before assignment** (``CurrentAssignmentBuilder``): a member whose target
   drops partitions stays at its epoch in UNREVOKED_PARTITIONS, its assignment cut to what
   it keeps, until a heartbeat reports them no longer owned; it then moves on. A partition

@@ -20,8 +20,9 @@ FENCED_INSTANCE_ID answers around it); the revocation deadline.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,8 +85,21 @@ class Side:
         self.epochs: dict[str, list[int]] = {}
         self.ids: dict[str, str] = {}
 
+    def draw_ids(self, names: Iterable[str]) -> None:
+        """A fresh random id per script member, drawn so that Kafka's assignor meets the
+        members in the model's order (by id): its ``uniform`` assignor hands free
+        partitions and extra quotas to the members in the order of a Java ``HashMap`` of
+        their ids, which the model does not reproduce."""
+        wanted = sorted(set(names))
+        while True:
+            ids = [f"{name}-{uuid.uuid4()}" for name in wanted]
+            buckets = [_hashmap_bucket(i) for i in sorted(ids)]
+            if all(a < b for a, b in itertools.pairwise(buckets)):
+                self.ids = dict(zip(wanted, ids, strict=True))
+                return
+
     def member_id(self, name: str) -> str:
-        return self.ids.setdefault(name, f"{name}-{uuid.uuid4()}")
+        return self.ids[name]
 
     async def send(self, req: ConsumerGroupHeartbeatRequest) -> ConsumerGroupHeartbeatResponse:
         raise NotImplementedError
@@ -101,6 +115,7 @@ class Side:
 
     async def run(self, group: str, topic: str, script: list[Step]) -> list[Answer]:
         answers: list[Answer] = []
+        self.draw_ids(step.member for step in script if isinstance(step, Hb))
         for step in script:
             if isinstance(step, Wait):
                 await self.wait(step.ms)
@@ -249,14 +264,27 @@ class KafkaSide(Side):
 OFFSETS_PARTITIONS = 3
 
 
+def _java_hash(text: str) -> int:
+    """Java's ``String.hashCode()`` as an unsigned 32-bit value (ASCII text)."""
+    h = 0
+    for ch in text:
+        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    return h
+
+
 def _offsets_partition(group: str) -> int:
     """The __consumer_offsets partition of ``group``: Kafka's ``Utils.abs(
     groupId.hashCode()) % partitions``, Java's String hash."""
-    h = 0
-    for ch in group:
-        h = (31 * h + ord(ch)) & 0xFFFFFFFF
+    h = _java_hash(group)
     signed = h - (1 << 32) if h >= 1 << 31 else h
     return (0 if signed == -(1 << 31) else abs(signed)) % OFFSETS_PARTITIONS
+
+
+def _hashmap_bucket(key: str, capacity: int = 16) -> int:
+    """The bucket of ``key`` in a Java ``HashMap`` of ``capacity`` (16 up to 12 entries):
+    iteration goes bucket by bucket."""
+    h = _java_hash(key)
+    return (h ^ (h >> 16)) & (capacity - 1)
 
 
 def _same_shard(group: str) -> str:
