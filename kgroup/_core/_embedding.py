@@ -98,6 +98,9 @@ class ConsumerEmbedding:
         self.owned: frozenset[TopicPartition] = frozenset()
         #: COOPERATIVE: the partitions the last JoinGroup claimed as owned (see complete()).
         self.claimed: frozenset[TopicPartition] = frozenset()
+        #: The topics the last JoinGroup subscribed to: a subscription that changes after
+        #: it was sent (a pattern refresh, ``subscribe()``) needs one more rebalance.
+        self.joined_topics: frozenset[str] = frozenset(self.topics)
         #: A pattern subscription (``topics`` is then what it matched at the last refresh).
         self.pattern: re.Pattern[str] | None = None
         #: The leader's view of the subscribed topics' partition counts when it assigned
@@ -187,6 +190,7 @@ class ConsumerEmbedding:
         cooperative = self.rebalance_protocol is RebalanceProtocol.COOPERATIVE
         owned = tuple(sorted(self.owned)) if cooperative else ()
         self.claimed = frozenset(owned)
+        self.joined_topics = frozenset(self.topics)
         return [
             (
                 assignor.name,
@@ -320,6 +324,10 @@ class ConsumerEmbedding:
                 break
         self.owned = assigned
         calls.append(ListenerCall("on_partitions_assigned", added))
+        if rejoin is None and self.joined_topics != frozenset(self.topics):
+            # The leader assigned by the subscription this member joined with; the topics
+            # it subscribes to now reach the leader only through another JoinGroup.
+            rejoin = "the subscription changed while the member was joining"
         return Completion(tuple(calls), rejoin, assigned, follow_up)
 
     def release(self, *, lost: bool) -> tuple[ListenerCall, ...]:

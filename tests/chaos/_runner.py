@@ -188,12 +188,23 @@ class Target:
     def bootstrap_for(self, spec: MemberSpec) -> str:
         return self.proxied_bootstrap if spec.via_proxy else self.direct_bootstrap
 
-    async def create_topic(self, name: str, partitions: int) -> None:
+    async def create_topic(self, name: str, partitions: int, timeout: float = 60.0) -> None:
+        """CreateTopics (an existing topic counts as done). On a real broker, retried until
+        ``timeout`` while it does not answer: a schedule's step can come just after a
+        broker restart that is slower than planned."""
         broker = self.broker
         if isinstance(broker, MockCluster):
             broker.create_topic(name, partitions, 1)
-        else:
-            await broker.create_topic_async(name, partitions, exist_ok=True, timeout=60.0)
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                await broker.create_topic_async(name, partitions, exist_ok=True, timeout=timeout)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            await asyncio.sleep(0.25)  # then try again, until the deadline
 
     async def grow_topic(self, name: str, total: int, timeout: float = 60.0) -> None:
         """CreatePartitions: ``name`` gets ``total`` partitions (Kafka, directly, not through

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from kgroup import ConfigError, GroupMember, MemberState, TopicPartition, UsageError
-from kgroup._core._consumer_protocol import Subscription
+from kgroup._core._consumer_protocol import Assignment, Subscription
 from kgroup._core._embedding import ConsumerEmbedding
-from kgroup._core._messages import JoinGroupMember
+from kgroup._core._messages import JoinGroupMember, JoinGroupRequest
 from kgroup._core._state import Generation
 from kgroup._runtime._classic import ClassicRuntime
 from kgroup.testing import InMemoryCoordinator
@@ -70,6 +70,23 @@ def test_subscribe_reports_a_change_only_when_the_set_changes() -> None:
     emb.owned = frozenset({T("c", 0)})
     assert emb.metadata(Generation(1, "m", "range"))  # built from the new topics
     assert Subscription.decode(emb.metadata(Generation(1, "m", "range"))[0][1]).topics == ("c",)
+
+
+def test_a_subscription_changed_after_the_join_asks_for_another_rebalance() -> None:
+    """The leader assigned by the topics the JoinGroup carried: a change after it was sent
+    (a pattern refresh, subscribe()) reaches the group only through one more JoinGroup."""
+    emb = ConsumerEmbedding(("t",), ["range"])
+    generation = Generation(1, "m", "range")
+    emb.metadata(generation)  # the JoinGroup: subscribed to t
+    assignment = Assignment(partitions=(T("t", 0),)).encode()
+    assert emb.complete(generation, assignment).rejoin_reason is None
+    emb.metadata(generation)
+    assert emb.subscribe(["t", "v"])  # while that JoinGroup was in flight
+    completion = emb.complete(generation, assignment)
+    assert completion.rejoin_reason == "the subscription changed while the member was joining"
+    assert completion.assignment == {T("t", 0)}  # installed all the same
+    emb.metadata(generation)  # the next JoinGroup carries t and v
+    assert emb.complete(generation, assignment).rejoin_reason is None
 
 
 # --- the runtime ----------------------------------------------------------------------------
@@ -172,3 +189,27 @@ def test_config_topic_pattern_is_checked() -> None:
         GroupConfig(bootstrap_servers="h:1", group_id="g", topics=["t"], topic_pattern="t")
     with pytest.raises(ConfigError, match="metadata_max_age_ms"):
         GroupConfig(bootstrap_servers="h:1", group_id="g", metadata_max_age_ms=0)
+
+
+async def test_a_topic_matched_while_the_join_is_held_is_assigned_after_it() -> None:
+    """The pattern picks a new topic up while the member's JoinGroup waits at the barrier:
+    that JoinGroup still names the old topics, so the member rejoins once it is synced
+    (found by the chaos suite: the new topic stayed unassigned for good)."""
+    members = Members(InMemoryCoordinator({"t": 2, "u": 2}, join_window_ms=1_000))
+    try:
+        a = await members.start(topics=(), topic_pattern=r"t|u|v", metadata_max_age_ms=20)
+        transport = members.transports[0]
+
+        def join_held() -> bool:
+            return any(isinstance(r, JoinGroupRequest) and r.member_id for r in transport.requests)
+
+        await members.wait(join_held, "the JoinGroup with a member id")
+        members.coordinator.partitions["v"] = 3
+        await members.wait(lambda: "v" in a.subscription, "v matched")
+        assert a.state is MemberState.PREPARING_REBALANCE  # the JoinGroup is still held
+        await members.wait(
+            lambda: stable([a]) and owned([a]) == every("t", 2) | every("u", 2) | every("v", 3),
+            "v assigned",
+        )
+    finally:
+        await members.aclose()
