@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
-from kgroup import TopicPartition
+from kgroup import MemberState, TopicPartition
 from kgroup.testing import Broker
 from kgroup.testing._members import MemberGroup, MemberRunner, covered
 from tests.integration.conftest import group_config
@@ -107,3 +107,52 @@ async def test_subscribe_and_enforce_rebalance_at_runtime(
             what="enforced",
         )
         assert not any(r.errors for r in runners)
+
+
+@pytest.mark.parametrize("broker", ["kafka"], indirect=True)
+async def test_a_topic_matched_while_the_join_is_held_is_taken_after_it(
+    broker: Broker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """The pattern matches a new topic while the member's JoinGroup is held (the other
+    member does not poll, so it does not rejoin): that JoinGroup named the old topics, so
+    the member rejoins once synced and the new topic is assigned. (Before the fix, the
+    sync forgot the rejoin and the topic stayed unassigned; found by the chaos suite.)"""
+    prefix = f"held-{uuid.uuid4().hex[:8]}"
+    first = make_topic(2, name=f"{prefix}-a")
+    by_pattern = group_config(
+        broker,
+        unique_group,
+        first,
+        topics=(),
+        topic_pattern=rf"{prefix}-.*",
+        metadata_max_age_ms=100,
+    )
+    by_name = group_config(broker, unique_group, first, max_poll_interval_ms=60_000)
+    async with MemberGroup() as group:
+        a = await group.start(by_pattern)
+        b = await group.start(by_name)
+        await group.wait_until(
+            lambda: holds([a, b], every(first, 2)) and bool(a.assignment and b.assignment),
+            timeout=60,
+            what="two stable",
+        )
+        await b.pause()  # b heartbeats on but will not rejoin: a's JoinGroup waits for it
+        a.member.enforce_rebalance("test: hold a's JoinGroup")
+        await group.wait_until(
+            lambda: a.member.state is MemberState.PREPARING_REBALANCE,
+            timeout=30,
+            what="a's JoinGroup sent",
+        )
+        second = make_topic(1, name=f"{prefix}-b")
+        await group.wait_until(
+            lambda: second in a.member.subscription, timeout=30, what="the pattern matched"
+        )
+        assert a.member.state is MemberState.PREPARING_REBALANCE  # still held
+        b.resume()
+        await group.wait_until(
+            lambda: holds([a, b], every(first, 2) | every(second, 1)),
+            timeout=60,
+            what="the new topic assigned",
+        )
+        assert T(second, 0) in a.assignment  # only a subscribes to it
+        assert not any(r.errors for r in (a, b))
