@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
-from kgroup import MemberState, TopicPartition
+from kgroup import GroupConfig, MemberState, TopicPartition
 from kgroup.testing import Broker
 from kgroup.testing._members import MemberGroup, MemberRunner, covered
 from tests.integration.conftest import group_config
@@ -30,6 +30,20 @@ def holds(runners: list[MemberRunner], expected: set[TopicPartition]) -> bool:
 
 def every(topic: str, count: int) -> set[TopicPartition]:
     return {T(topic, p) for p in range(count)}
+
+
+def by_pattern(
+    broker: Broker, group: str, first: str, prefix: str, *, metadata_max_age_ms: int
+) -> GroupConfig:
+    """A member of ``group`` subscribed by the pattern ``<prefix>-.*`` (``first`` matches)."""
+    return group_config(
+        broker,
+        group,
+        first,
+        topics=(),
+        topic_pattern=rf"{prefix}-.*",
+        metadata_max_age_ms=metadata_max_age_ms,
+    )
 
 
 async def add_partitions(broker: Broker, topic: str, total: int) -> None:
@@ -64,14 +78,7 @@ async def test_pattern_subscription_takes_a_new_topic(
 ) -> None:
     prefix = f"pat-{uuid.uuid4().hex[:8]}"
     first = make_topic(2, name=f"{prefix}-a")
-    cfg = group_config(
-        broker,
-        unique_group,
-        first,
-        topics=(),
-        topic_pattern=rf"{prefix}-.*",
-        metadata_max_age_ms=500,
-    )
+    cfg = by_pattern(broker, unique_group, first, prefix, metadata_max_age_ms=500)
     async with MemberGroup() as group:
         a = await group.start(cfg)
         assert a.member.subscription == (first,)
@@ -119,18 +126,11 @@ async def test_a_topic_matched_while_the_join_is_held_is_taken_after_it(
     sync forgot the rejoin and the topic stayed unassigned; found by the chaos suite.)"""
     prefix = f"held-{uuid.uuid4().hex[:8]}"
     first = make_topic(2, name=f"{prefix}-a")
-    by_pattern = group_config(
-        broker,
-        unique_group,
-        first,
-        topics=(),
-        topic_pattern=rf"{prefix}-.*",
-        metadata_max_age_ms=100,
-    )
-    by_name = group_config(broker, unique_group, first, max_poll_interval_ms=60_000)
+    pattern_cfg = by_pattern(broker, unique_group, first, prefix, metadata_max_age_ms=100)
+    name_cfg = group_config(broker, unique_group, first, max_poll_interval_ms=60_000)
     async with MemberGroup() as group:
-        a = await group.start(by_pattern)
-        b = await group.start(by_name)
+        a = await group.start(pattern_cfg)
+        b = await group.start(name_cfg)
         await group.wait_until(
             lambda: holds([a, b], every(first, 2)) and bool(a.assignment and b.assignment),
             timeout=60,
