@@ -33,17 +33,19 @@ docs:
 check: lint typecheck unit docs
 
 # Lint, type-check, build the docs and run every test, on real brokers (installs Java and
-# Maven if missing). The integration tests mostly wait on brokers (load about 1 on 2 cores),
-# so they run on three pytest-xdist workers (each with its own session brokers); the
-# analytics tests (Spark) run beside them to overlap with the waiting, all on one worker
-# (xdist_group "spark": one JVM). The rest runs after them, on two workers: the chaos
-# schedules (private brokers and member processes, mostly waiting) one after another on one
-# worker (xdist_group "chaos", tests/conftest.py), beside the unit tests and the simulation
-# (its own 2 processes).
+# Maven if missing). Two phases, on pytest-xdist workers (--dist loadgroup). The first: the
+# integration tests, which mostly wait on brokers, on three workers (each with its own
+# session brokers); the analytics tests (Spark) beside them to overlap with the waiting, all
+# on one worker (xdist_group "spark": one JVM); and the first part of the simulation's
+# schedules on a fourth. The second: the chaos schedules (private brokers and member
+# processes, mostly waiting) one after another in two groups of their own, beside the unit
+# tests and the rest of the simulation. The simulation's processes are niced (test_schedules
+# in tests/simulation/test_simulation.py): they take the CPU the others leave idle.
 # --durations lists the slowest tests of each phase, to keep `make test` under 20 minutes.
+SIM_PART1 = tests/simulation/test_simulation.py::test_schedules[part1]
 test:
 	bash .ci/install-system-deps.sh
 	$(PYTHON) -m pip install -q -e ".[test]"
 	$(MAKE) --no-print-directory lint typecheck docs PYTHON="$(PYTHON)"
-	$(PYTHON) -m pytest -ra --durations=25 -n 3 --dist loadgroup tests/integration tests/analytics
-	$(PYTHON) -m pytest -ra --durations=15 -n 2 --dist loadgroup --ignore=tests/integration --ignore=tests/analytics
+	$(PYTHON) -m pytest -ra --durations=25 -n 4 --dist loadgroup "$(SIM_PART1)" tests/integration tests/analytics
+	$(PYTHON) -m pytest -ra --durations=15 -n 3 --dist loadgroup --deselect "$(SIM_PART1)" --ignore=tests/integration --ignore=tests/analytics

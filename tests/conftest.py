@@ -36,13 +36,20 @@ async def loop_errors() -> AsyncIterator[list[dict[str, Any]]]:
         loop.set_exception_handler(previous)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``make test`` runs the chaos suite beside the unit tests and the simulation, on two
+    """``make test`` runs the chaos suite beside the unit tests and the simulation on
     pytest-xdist workers (``--dist loadgroup``): the chaos schedules, which start private
-    brokers and member processes and wait on them, go one after another on one worker."""
+    brokers and member processes and mostly wait on them, go one after another in two
+    groups, ``chaos-0`` and ``chaos-1`` (alternate schedules), each on one worker."""
+    chaos = 0
     for item in items:
         if "chaos" in item.path.parts and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group("chaos"))
+            item.add_marker(pytest.mark.xdist_group(f"chaos-{chaos % 2}"))
+            chaos += 1
+    # The simulation's parts first among single tests (xdist hands out groups, largest
+    # first, then single tests in this order): each is long, on niced processes.
+    items.sort(key=lambda item: getattr(item, "originalname", "") != "test_schedules")
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
