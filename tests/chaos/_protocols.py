@@ -61,8 +61,8 @@ BACK_WINDOW = 30.0
 BACK_ROLL_GAP = 1.0
 #: ``schedule_for``: how likely a consumer-protocol schedule has Java or confluent members.
 FOREIGN_PROBABILITY = 0.6
-#: ``schedule_for``: how likely a migration (not back) has Java members, rolled like the
-#: others (a draw of its own, after the migration's others).
+#: ``schedule_for``: how likely a migration (there, or there and back) has Java members,
+#: rolled like the others (a draw of its own, after the migration's others).
 MIXED_MIGRATION_PROBABILITY = 0.5
 #: The weight of a ``roll`` in a migration schedule (high: every slot should be rolled
 #: within the window), and the seconds a rolled slot is left alone (its close, the new
@@ -135,8 +135,6 @@ def check_protocol(
             raise ValueError("a consumer-protocol schedule's assignor is its remote assignor")
     elif confluent_members:
         raise ValueError("a migration has no confluent members (they run the consumer protocol)")
-    elif java_members and protocol == "migration-back":
-        raise ValueError("a migration back rolls a kgroup-only group")
     elif assignor not in MIGRATION_ASSIGNORS:
         raise ValueError(f"a migration starts from one of {MIGRATION_ASSIGNORS}")
     if remote_assignor not in REMOTE_ASSIGNORS:
@@ -180,8 +178,11 @@ def protocol_params(seed: int, members: int) -> dict[str, Any]:
         }
         if rng.random() < BACK_PROBABILITY:
             migration.update(protocol="migration-back", fault_window=BACK_WINDOW)
-        mixed = random.Random(f"mixed-migration:kafka:{seed}")
-        if migration["protocol"] == "migration" and mixed.random() < MIXED_MIGRATION_PROBABILITY:
+        # Java members: a draw of its own, after the others, so that a kgroup-only seed
+        # keeps its schedule (a migration back's from a stream of its own too).
+        stream = "mixed-migration" if migration["protocol"] == "migration" else "mixed-back"
+        mixed = random.Random(f"{stream}:kafka:{seed}")
+        if mixed.random() < MIXED_MIGRATION_PROBABILITY:
             migration["java_members"] = mixed.randint(1, migration["members"] // 2)
         return migration
     return {}

@@ -17,6 +17,7 @@ from ._protocols import (
     BACK_WINDOW,
     MIGRATION_ASSIGNORS,
     MIGRATIONS,
+    MIXED_MIGRATION_PROBABILITY,
     ROLL_BUSY,
     ROLLS,
     back_tail,
@@ -100,11 +101,6 @@ def test_parameters_are_validated() -> None:
         make_schedule(
             1, broker="kafka", members=3, static=False, protocol="consumer", assignor="sticky"
         )
-    with pytest.raises(ValueError, match="kgroup-only"):
-        make_schedule(
-            1, broker="kafka", members=3, static=False, protocol="migration-back",
-            remote_assignor="uniform", java_members=1,
-        )  # fmt: skip
     with pytest.raises(ValueError, match="no confluent"):
         make_schedule(
             1, broker="kafka", members=3, static=False, protocol="migration",
@@ -394,14 +390,18 @@ def test_a_migration_rolls_its_slots_one_by_one() -> None:
 def test_a_migration_back_rolls_every_slot_onto_the_consumer_protocol_and_back() -> None:
     """A migration back (half the migrations; the others keep their schedules) restarts each
     slot at most twice from rolls, rolls back in the window's tail every running slot still
-    on the consumer protocol, and so always ends with none on it (a crashed or left one is
-    fenced by the broker): Kafka converts the group back to classic. Not a default case."""
+    on the consumer protocol, Java slots too (half the migrations back have 1 to half of
+    their slots Java), and so always ends with none on it (a crashed or left one is fenced
+    by the broker): Kafka converts the group back to classic. Not a default case."""
     kafka = [s for s in map(functools.partial(schedule_for, "kafka"), range(1, 1200))]
     backs = [s for s in kafka if s.protocol == "migration-back"]
     assert len(backs) > 30
     twice = 0
+    mixed = [s for s in backs if s.java_slots]
+    assert 0.3 < len(mixed) / len(backs) < 0.7, MIXED_MIGRATION_PROBABILITY
     for s in backs:
-        assert not s.foreign_slots and 3 <= len(s.members) <= 5
+        assert not s.confluent_slots and len(s.java_slots) <= len(s.members) // 2
+        assert 3 <= len(s.members) <= 5
         assert s.fault_window == BACK_WINDOW and s.faults_end <= BACK_WINDOW
         assert s.label.startswith("kafka-migration-back-") and "and back" in str(s)
         assert f"{s.assignor}-to-{s.remote_assignor}" in s.label
@@ -418,6 +418,12 @@ def test_a_migration_back_rolls_every_slot_onto_the_consumer_protocol_and_back()
         assert all(st.end <= main for st in s.steps if st.at < main)
         twice += any(sum(st.member == m for st in s.steps if st.kind == "roll") == 2 for m in slots)
     assert twice / len(backs) > 0.8, "most roll a slot onto the consumer protocol and back"
+
+    def restarts(s: Schedule, slot: str) -> int:
+        return sum(st.member == slot for st in s.steps if st.kind in ("roll", "rejoin"))
+
+    java_back = [s for s in mixed if any(restarts(s, m) >= 2 for m in s.java_slots)]
+    assert len(java_back) > len(mixed) / 2, "most restart a Java slot there and back"
     # the other migrations keep the schedules they had: drawn as before
     for s in kafka:
         if s.protocol == "migration":
