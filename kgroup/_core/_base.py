@@ -118,6 +118,10 @@ class MemberBase:
         self.needs_join_prepare = True
         self.heartbeat_enabled = False
         self.is_leader = False
+        #: The last JoinGroup answer named no leader: a classic member of a consumer group
+        #: (KIP-848 §10.9), which the broker assigns. Such a member watches the partition
+        #: counts itself (deviations.md row 21).
+        self.leaderless = False
         self._fatal: KGroupError | None = None
         # The Join->Sync chain (:class:`ChainPhase`); moves only through :meth:`_enter`.
         self.phase = ChainPhase.IDLE
@@ -288,7 +292,7 @@ class MemberBase:
         member_id = self.generation.member_id if keep_member_id else ""
         self.generation = Generation(-1, member_id, None)
         self._set_state(MemberState.UNJOINED, reason)
-        self.is_leader = False
+        self.is_leader = self.leaderless = False
         self.needs_join_prepare = True
         self.request_rejoin(reason)
 

@@ -105,7 +105,8 @@ class ConsumerEmbedding:
         self.pattern: re.Pattern[str] | None = None
         #: The leader's view of the subscribed topics' partition counts when it assigned
         #: (§6.3 step 7; ``None``: the topic had no metadata). Cleared at every PrepareJoin;
-        #: set again only by :meth:`assign`, so it is the current leader's.
+        #: set again by :meth:`assign`, so it is the current leader's, or by :meth:`watch`
+        #: in a generation whose JoinGroup named no leader.
         self.assignment_snapshot: dict[str, int | None] | None = None
         #: With it, the replica racks of those topics' partitions, when the leader assigned
         #: rack-aware (some member had a rack and the metadata carried racks; KIP-881).
@@ -129,6 +130,11 @@ class ConsumerEmbedding:
         if pattern is None:
             return sorted(self.topics)
         return sorted(t for t in set(topics) if pattern.fullmatch(t))
+
+    def watch(self, partitions_per_topic: Mapping[str, int]) -> None:
+        """Take the subscribed topics' partition counts as the snapshot to compare with, in
+        a generation whose JoinGroup named no leader (deviations.md row 21)."""
+        self.assignment_snapshot = {t: partitions_per_topic.get(t) for t in self.topics}
 
     def metadata_changed(self, partitions_per_topic: Mapping[str, int]) -> str | None:
         """§7.7: how fresh metadata differs from the snapshot the leader assigned with (a

@@ -197,6 +197,7 @@ class RebalanceChain(LeaseRules):
             self._signals.wake_heartbeat = True
             self.timers.reset_all(now)
             self.is_leader = resp.leader == resp.member_id
+            self.leaderless = resp.leader == ""
             self._join_answered_at = now
             # Lease: the session was restarted after the first JoinGroup with this member id
             # and metadata was sent (see kgroup._core._lease).

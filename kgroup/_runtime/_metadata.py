@@ -7,7 +7,10 @@ Two duties (spec §7.7 and §2.3), both on the coordinator loop, every
   subscribed topics' partition counts with the snapshot it assigned from, and rejoins when
   they differ (a topic grew partitions, or appeared, or went away). A leader's JoinGroup in
   a stable group makes the broker start a rebalance, which is how the new partitions reach
-  the group;
+  the group. A member whose JoinGroup named no leader (a classic member of a consumer
+  group) watches likewise, from the counts of its first refresh in the generation: Kafka
+  may convert the group back to classic without a rebalance, and then nobody leads it
+  (deviations.md row 21);
 - **a pattern subscription:** the member lists the cluster's topics, takes those the
   pattern matches, and rejoins when that set changed.
 
@@ -101,7 +104,19 @@ class MetadataWatch:
             return  # a GroupProtocol's leader watches no topics
         with shared.lock:
             snapshot = embedding.assignment_snapshot
-            watching = snapshot is not None and core.is_leader and core.state is MemberState.STABLE
+            stable = core.state is MemberState.STABLE
+            generation = core.generation
+            # DEVIATION (spec §7.7, §10.9; deviations.md row 21): a member whose JoinGroup
+            # named no leader watches too (a consumer group's classic member: Kafka may turn
+            # the group classic again without a rebalance, with nobody leading it).
+            baseline = stable and core.leaderless and snapshot is None
+            watching = stable and snapshot is not None and (core.is_leader or core.leaderless)
+        if baseline:
+            counts = await self._link.transport.partitions_for(sorted(embedding.topics))
+            with shared.lock:
+                if core.generation == generation and embedding.assignment_snapshot is None:
+                    embedding.watch(counts)
+            return
         if not watching or snapshot is None:
             return
         counts = await self._link.transport.partitions_for(sorted(snapshot))

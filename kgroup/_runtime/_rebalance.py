@@ -145,6 +145,10 @@ class RebalanceDriver:
                 case CompleteJoin():
                     await self.advance(action, deadline, errors)
                     completed = True
+                    joined = shared.core
+                    if joined is not None and joined.leaderless and shared.seam is not None:
+                        # No leader named: the metadata watch takes its counts now.
+                        shared.seam.wake_coordinator(shared.metadata_wake)
                 # Before Sleep: AwaitLeaseProof is a Sleep that also ends on poll's wake-up.
                 case AwaitLeaseProof() | PrepareJoin() | SendJoinGroup() | AwaitJoin():
                     await self.advance(action, deadline, errors)

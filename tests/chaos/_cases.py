@@ -18,18 +18,13 @@ from typing import Any
 #: deviation 19 (a refused join is retried); regression test:
 #: ``test_an_online_upgrade_is_not_refused_while_a_cooperative_generation_awaits_its_follow_up``.
 #:
-#: Kafka seed 67 (``--chaos-protocol migration-back``, not a default case) fails invariant
-#: 2 ("no member leads"): its last consumer-protocol member, static, is replaced by a
-#: classic one with its instance id, and Kafka 4.4.0 converts the group back to classic
-#: without a rebalance, so none of the classic members (each joined a consumer group,
-#: whose JoinGroup answers name no leader) leads or watches the partition counts
-#: (docs/limitations.md, "Known and left open").
-KNOWN_BUGS: dict[tuple[str, str, int], str] = {
-    ("test_chaos", "kafka", 67): (
-        "a group converted back to classic by a static replacement has no leader until "
-        "its next rebalance (docs/limitations.md)"
-    ),
-}
+#: Kafka seed 67 (``--chaos-protocol migration-back``, not a default case) once failed
+#: invariant 2 ("no member leads"): its last consumer-protocol member, static, was replaced
+#: by a classic one with its instance id, and Kafka converted the group back to classic
+#: without a rebalance, so no member led or watched the partition counts. Fixed by
+#: deviation 21 (a member whose JoinGroup named no leader watches them); regression test:
+#: ``test_a_group_converted_back_by_a_static_replacement_takes_new_partitions``.
+KNOWN_BUGS: dict[tuple[str, str, int], str] = {}
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -179,17 +179,24 @@ def why_not_stable_consumer(
     return None
 
 
-def why_not_classic_group(schedule: Schedule, live: Sequence[_Member]) -> str | None:
+def why_not_classic_group(
+    schedule: Schedule, live: Sequence[_Member], converted_back: Callable[[], bool]
+) -> str | None:
     """For a migration whose live members all run the classic protocol: None when one of
-    them leads its generation (the group is a classic group), otherwise why not (a
-    consumer group whose consumer-protocol members the broker has not fenced yet). None
-    for other schedules."""
+    them leads its generation, or when none does but the broker's log says it converted
+    the group back to classic (``converted_back``): a static member's replacement converts
+    it without a rebalance, so nobody was told it leads, and kgroup's members, whose
+    JoinGroup named no leader, watch the partition counts themselves (deviations.md row
+    21); otherwise why not (a consumer group whose consumer-protocol members the broker has
+    not fenced yet). None for other schedules."""
     if schedule.protocol not in MIGRATIONS:
         return None
     if any(p.status is not None and p.status.get("leader") for p in live):
         return None
     if any(p.foreign for p in live):
         return None  # a Java member may lead: Kafka's consumer does not say whether it does
+    if converted_back():
+        return None
     return "no member leads: a consumer group still (classic members are followers there)"
 
 

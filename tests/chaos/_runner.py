@@ -790,6 +790,14 @@ class ChaosRunner:
                 async with asyncio.timeout(min(left, 1.0)):
                     await self._changed.wait()
 
+    def _converted_back(self) -> bool:
+        """Whether the broker's log says its last conversion of the group was back to
+        classic (Kafka only; read when a migration's classic members name no leader)."""
+        broker = self.target.broker
+        if not isinstance(broker, KafkaBroker):
+            return False
+        return conversions(broker.log_path, self.group)[-1:] == ["consumer->classic"]
+
     def why_not_stable(self) -> str | None:
         """None when the group is stable: every live member STABLE in one generation,
         their assignments a partition of the topic, and the listener holds the same.
@@ -820,7 +828,7 @@ class ChaosRunner:
         generations = {p.name: p.status["generation"] for p in live if p.status}
         if len(set(generations.values())) != 1:
             return f"generations differ: {generations}"
-        why = why_not_classic_group(self.schedule, live)
+        why = why_not_classic_group(self.schedule, live, self._converted_back)
         if why is not None:
             return why
         owners: dict[TopicPartition, list[str]] = {}

@@ -31,6 +31,7 @@ from kgroup.testing import (
     set_consumer_group_timeouts,
 )
 from tests.integration.test_consumer import Worker, produce, until
+from tests.integration.test_subscription import add_partitions
 
 pytestmark = pytest.mark.kafka
 
@@ -501,3 +502,56 @@ async def test_an_online_upgrade_is_not_refused_while_a_cooperative_generation_a
         for member in (upgrading, second, first):
             await member.close()
     assert failures() == []
+
+
+async def test_a_group_converted_back_by_a_static_replacement_takes_new_partitions(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """A classic static member and a consumer-protocol static member share a group (Kafka
+    converted it to a consumer group); the consumer-protocol one closes (it leaves with -2,
+    its instance id kept) and a classic member with its instance id replaces it. Kafka
+    converts the group back without a rebalance (``convertToClassicGroup`` prepares one only
+    after a leave), and both classic members had joined a consumer group, whose JoinGroup
+    answers name no leader. Partitions added then must still be taken: a member whose
+    JoinGroup named no leader watches the partition counts itself. (Found by the chaos
+    migration back, Kafka seed 67: without it the new partitions stayed unassigned.)"""
+    topic = make_topic(2)
+    await short_session(kafka_broker, unique_group, 6_000, 500)
+    log_start = kafka_broker.log_path.stat().st_size
+    classic = dataclasses.replace(
+        classic_config(kafka_broker, unique_group, topic), metadata_max_age_ms=500
+    )
+    consumer = consumer_config(
+        kafka_broker, unique_group, topic, session_ms=6_000, metadata_max_age_ms=500
+    )
+    async with MemberGroup() as group:
+        a = await group.start(dataclasses.replace(classic, group_instance_id="a"))
+        await group.wait_until(lambda: covered([a], topic, 2), timeout=60, what="a alone")
+        b = await group.start(dataclasses.replace(consumer, group_instance_id="b"))
+        await group.wait_until(
+            lambda: covered([a, b], topic, 2) and bool(a.assignment and b.assignment),
+            timeout=60,
+            what="a classic and a consumer-protocol member",
+        )
+        await b.close()
+        b2 = await group.start(dataclasses.replace(classic, group_instance_id="b"))
+        await group.wait_until(
+            lambda: covered([a, b2], topic, 2) and bool(a.assignment and b2.assignment),
+            timeout=60,
+            what="b replaced by a classic member",
+        )
+        conversions = [
+            line.rsplit("] ", 1)[-1]
+            for line in broker_log_lines(kafka_broker, unique_group, log_start)
+            if "Converted the" in line
+        ]
+        assert conversions == [
+            "Converted the classic group to a consumer group.",
+            "Converted the consumer group to a classic group.",
+        ]
+        assert not (a.member.is_leader or b2.member.is_leader)  # nobody was told
+        await add_partitions(kafka_broker, topic, 4)
+        await group.wait_until(
+            lambda: covered([a, b2], topic, 4), timeout=60, what="the new partitions taken"
+        )
+        assert not any(r.errors for r in (a, b2))

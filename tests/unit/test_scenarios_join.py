@@ -208,6 +208,38 @@ def _leader_assignments(h, leader: str, members) -> dict[str, list[str]]:
     }
 
 
+def test_a_join_answer_naming_no_leader_marks_the_member_leaderless(make_harness) -> None:
+    """A classic member of a consumer group (§10.9) is answered with no leader: the broker
+    assigns. The core says so (``leaderless``: the metadata watch then takes it on,
+    deviations.md row 21); an answer naming a leader, or a reset generation, clears it."""
+    h = make_harness()
+    h.poll()
+    h.find_coordinator()
+    h.prepare(lost=True)
+    h.send_join()
+    sync = h.join_response(
+        generation=4, member_id="m-1", leader="", protocol_name="range", protocol_type="consumer"
+    )
+    assert sync is not None and sync.request.assignments == ()
+    assert h.core.leaderless and not h.core.is_leader
+    h.sync_response(
+        assignment=h.assignment_bytes(h.tps("t", 0)),
+        protocol_type="consumer",
+        protocol_name="range",
+    )
+    h.complete()
+    assert h.state is MemberState.STABLE and h.core.leaderless
+    h.core.request_rejoin("test")
+    h.poll()
+    h.prepare(lost=False)
+    h.send_join()
+    follower_sync(h, generation=5, member_id="m-1")
+    assert not h.core.leaderless and not h.core.is_leader
+    h.core.leaderless = True
+    h.core.reset_generation(keep_member_id=False, reason="test")
+    assert not h.core.leaderless
+
+
 def test_a3_leader_assignment_range(make_harness) -> None:
     """A3. Given two dynamic members "a…" < "b…" on t0 and t1 (3 partitions each). Then the
     leader assigns a: t0p0,t0p1,t1p0,t1p1 and b: t0p2,t1p2."""

@@ -89,6 +89,20 @@ def test_a_subscription_changed_after_the_join_asks_for_another_rebalance() -> N
     assert emb.complete(generation, assignment).rejoin_reason is None
 
 
+def test_a_leaderless_member_watches_from_its_own_counts() -> None:
+    """A member whose JoinGroup named no leader takes the counts of its first refresh as
+    the snapshot (deviations.md row 21), then compares as a leader does."""
+    emb = ConsumerEmbedding(("t", "u"), ["range"])
+    emb.watch({"t": 2, "other": 5})
+    assert emb.assignment_snapshot == {"t": 2, "u": None}
+    assert emb.metadata_changed({"t": 2}) is None
+    assert emb.metadata_changed({"t": 4}) == (
+        "metadata changed since the assignment (t: 2 partitions -> 4 partitions)"
+    )
+    emb.prepare(lost=False)  # a rebalance: the next generation takes its own counts
+    assert emb.assignment_snapshot is None
+
+
 # --- the runtime ----------------------------------------------------------------------------
 
 
