@@ -323,6 +323,20 @@ def broker_log_lines(broker: KafkaBroker, group: str, since: int) -> list[str]:
     return [line for line in text.splitlines() if group in line]
 
 
+def converted_there_and_back(broker: KafkaBroker, group: str, since: int) -> bool:
+    """The broker's log (from byte ``since``) shows it converted ``group`` to a consumer
+    group and back to classic, once each, in that order."""
+    conversions = [
+        line.rsplit("] ", 1)[-1]
+        for line in broker_log_lines(broker, group, since)
+        if "Converted the" in line
+    ]
+    return conversions == [
+        "Converted the classic group to a consumer group.",
+        "Converted the consumer group to a classic group.",
+    ]
+
+
 async def test_online_migration_classic_to_consumer_and_back_exactly_once(
     kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
 ) -> None:
@@ -383,15 +397,7 @@ async def test_online_migration_classic_to_consumer_and_back_exactly_once(
     assert duplicates == {}
     assert set(processed) == {(p, o) for p in range(partitions) for o in range(per_partition)}
     # The broker converted the group both ways, in that order.
-    conversions = [
-        line.rsplit("] ", 1)[-1]
-        for line in broker_log_lines(kafka_broker, unique_group, log_start)
-        if "Converted the" in line
-    ]
-    assert conversions == [
-        "Converted the classic group to a consumer group.",
-        "Converted the consumer group to a classic group.",
-    ]
+    assert converted_there_and_back(kafka_broker, unique_group, log_start)
     # In the consumer group, every classic member was a follower with no leader named (§10.9);
     # in the classic group before and after, one of them led.
     inside = [(leads, leader) for at, leads, leader in joins if mixed[0] < at < mixed[-1]]
@@ -540,15 +546,7 @@ async def test_a_group_converted_back_by_a_static_replacement_takes_new_partitio
             timeout=60,
             what="b replaced by a classic member",
         )
-        conversions = [
-            line.rsplit("] ", 1)[-1]
-            for line in broker_log_lines(kafka_broker, unique_group, log_start)
-            if "Converted the" in line
-        ]
-        assert conversions == [
-            "Converted the classic group to a consumer group.",
-            "Converted the consumer group to a classic group.",
-        ]
+        assert converted_there_and_back(kafka_broker, unique_group, log_start)
         assert not (a.member.is_leader or b2.member.is_leader)  # nobody was told
         await add_partitions(kafka_broker, topic, 4)
         await group.wait_until(
