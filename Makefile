@@ -33,14 +33,15 @@ docs:
 check: lint typecheck unit docs
 
 # Lint, type-check, build the docs and run every test, on real brokers (installs Java and
-# Maven if missing). Two phases, on pytest-xdist workers (--dist loadgroup). The first: the
-# integration tests, which mostly wait on brokers, on three workers (each with its own
-# session brokers); the analytics tests (Spark) beside them to overlap with the waiting, all
-# on one worker (xdist_group "spark": one JVM); and the first part of the simulation's
-# schedules on a fourth. The second: the chaos schedules (private brokers and member
-# processes, mostly waiting) one after another in two groups of their own, beside the unit
-# tests and the rest of the simulation. The simulation's processes are niced (test_schedules
-# in tests/simulation/test_simulation.py): they take the CPU the others leave idle.
+# Maven if missing). Two phases, on pytest-xdist workers (--dist loadgroup). The first, on
+# four workers: the analytics tests (Spark) all on one (xdist_group "spark": one JVM), the
+# first half of the simulation's schedules on another, and the integration tests, which
+# mostly wait on brokers, on the other two and on those once free (each worker has its own
+# session brokers). The second, on three: the chaos schedules (private brokers and member
+# processes, mostly waiting) one after another in two groups, one worker each, beside the
+# unit tests and the other half of the simulation. The simulation's processes are niced
+# (test_schedules in tests/simulation/test_simulation.py): they take the CPU the others
+# leave idle.
 # --durations lists the slowest tests of each phase, to keep `make test` under 20 minutes.
 SIM_PART1 = tests/simulation/test_simulation.py::test_schedules[part1]
 test:
