@@ -105,12 +105,7 @@ class ClassicRuntime:
         if isinstance(embedding, ConsumerEmbedding) and embedding.pattern:
             assert shared.seam is not None
             if not await shared.seam.run_on_coordinator(self._metadata.refresh()):
-                self._wake_metadata()  # retried by the watch after retry_backoff_max_ms
-
-    def _wake_metadata(self) -> None:
-        shared = self._shared
-        if shared.seam is not None:
-            shared.seam.wake_coordinator(shared.metadata_wake)
+                shared.wake_metadata()  # retried by the watch after retry_backoff_max_ms
 
     # -- subscription ----------------------------------------------------------------------
 

@@ -146,9 +146,8 @@ class RebalanceDriver:
                     await self.advance(action, deadline, errors)
                     completed = True
                     joined = shared.core
-                    if joined is not None and joined.leaderless and shared.seam is not None:
-                        # No leader named: the metadata watch takes its counts now.
-                        shared.seam.wake_coordinator(shared.metadata_wake)
+                    if joined is not None and joined.leaderless:
+                        shared.wake_metadata()  # no leader named: the watch takes its counts
                 # Before Sleep: AwaitLeaseProof is a Sleep that also ends on poll's wake-up.
                 case AwaitLeaseProof() | PrepareJoin() | SendJoinGroup() | AwaitJoin():
                     await self.advance(action, deadline, errors)

@@ -159,6 +159,14 @@ class Shared:
         else:
             seam.wake_coordinator(self.hb_wake)
 
+    def wake_metadata(self) -> None:
+        """Wake the metadata watch (a refresh now, not after ``metadata_max_age_ms``)."""
+        seam = self.seam
+        if seam is None:
+            self.metadata_wake.set()
+        else:
+            seam.wake_coordinator(self.metadata_wake)
+
     def wake_poll(self) -> None:
         seam = self.seam
         if seam is None:
