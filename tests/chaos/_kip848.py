@@ -89,11 +89,30 @@ def timing_flags(t: Any) -> list[str]:
 
 
 def confluent_argv(
-    schedule: Schedule, spec: MemberSpec, name: str, bootstrap: str, group: str, topic: str
+    schedule: Schedule,
+    spec: MemberSpec,
+    name: str,
+    bootstrap: str,
+    group: str,
+    topic: str,
+    protocol: str = "consumer",
 ) -> list[str]:
-    """The command line of a confluent-kafka member in ``spec``'s slot, configured like the
-    kgroup members (max poll, request timeout, backoffs, the broker's assignor)."""
+    """The command line of a confluent-kafka member in ``spec``'s slot on ``protocol``,
+    configured like the kgroup members (max poll, request timeout, backoffs; the broker's
+    assignor, or on classic the schedule's assignor, session and heartbeat interval)."""
     t = schedule.timeouts
+    classic = (
+        [
+            "--assignor",
+            schedule.assignor,
+            "--session-ms",
+            str(t.session_ms),
+            "--heartbeat-ms",
+            str(t.heartbeat_ms),
+        ]
+        if protocol == "classic"
+        else []
+    )
     return [
         sys.executable,
         str(CONFLUENT_SCRIPT),
@@ -107,8 +126,11 @@ def confluent_argv(
         name,
         "--instance-id",
         spec.instance_id or "",
+        "--protocol",
+        protocol,
         "--remote-assignor",
         schedule.remote_assignor,
+        *classic,
         *timing_flags(t),
         "--revoke-work",
         str(schedule.revoke_work),

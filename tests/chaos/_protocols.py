@@ -2,10 +2,11 @@
 
 On Kafka a schedule runs the classic protocol, the consumer protocol (kgroup members,
 possibly beside Kafka's Java consumer and confluent-kafka, all on the consumer protocol), a
-migration: a classic group of kgroup members rolled onto the consumer protocol while the
-faults run, or a migration and back: rolled onto it, then back to classic (Kafka converts
-the group back when its last consumer-protocol member is gone). Here: the names, the
-shares :func:`protocol_params` draws them with, the validation of
+migration: a classic group of kgroup members (possibly beside Java and confluent-kafka
+members, rolled like them) rolled onto the consumer protocol while the faults run, or a
+migration and back: rolled onto it, then back to classic (Kafka converts the group back when
+its last consumer-protocol member is gone). Here: the names, the shares
+:func:`protocol_params` draws them with, the validation of
 :func:`~._schedule.make_schedule`'s protocol parameters, which protocol a slot's process
 runs (:func:`protocol_for`) and what each slot runs at the end (:func:`final_protocols`).
 """
@@ -20,6 +21,7 @@ __all__ = [
     "BACK_PROBABILITY",
     "BACK_ROLL_GAP",
     "BACK_WINDOW",
+    "CONFLUENT_MIGRATION_PROBABILITY",
     "CONSUMER_PROBABILITY",
     "FOREIGN_PROBABILITY",
     "MIGRATIONS",
@@ -62,8 +64,11 @@ BACK_ROLL_GAP = 1.0
 #: ``schedule_for``: how likely a consumer-protocol schedule has Java or confluent members.
 FOREIGN_PROBABILITY = 0.6
 #: ``schedule_for``: how likely a migration (there, or there and back) has Java members,
-#: rolled like the others (a draw of its own, after the migration's others).
+#: rolled like the others (a draw of its own, after the migration's others), and then,
+#: while Java members fill fewer than half of the slots, confluent-kafka members (a draw
+#: of its own again, so that the seeds drawn before keep their Java members).
 MIXED_MIGRATION_PROBABILITY = 0.5
+CONFLUENT_MIGRATION_PROBABILITY = 0.5
 #: The weight of a ``roll`` in a migration schedule (high: every slot should be rolled
 #: within the window), and the seconds a rolled slot is left alone (its close, the new
 #: process's start) before another member fault may hit it.
@@ -133,8 +138,6 @@ def check_protocol(
         remote_assignor = remote_assignor or assignor
         if assignor != remote_assignor:
             raise ValueError("a consumer-protocol schedule's assignor is its remote assignor")
-    elif confluent_members:
-        raise ValueError("a migration has no confluent members (they run the consumer protocol)")
     elif assignor not in MIGRATION_ASSIGNORS:
         raise ValueError(f"a migration starts from one of {MIGRATION_ASSIGNORS}")
     if remote_assignor not in REMOTE_ASSIGNORS:
@@ -150,7 +153,9 @@ def protocol_params(seed: int, members: int) -> dict[str, Any]:
     assignor and, with :data:`FOREIGN_PROBABILITY`, Java and confluent members (together 1
     to half of the slots); a migration 3 to 5 slots (so that most are rolled inside the
     window), its classic assignor and the broker's, then whether it goes back to classic
-    (:data:`BACK_PROBABILITY`; then with :data:`BACK_WINDOW`, unless overridden). Both
+    (:data:`BACK_PROBABILITY`; then with :data:`BACK_WINDOW`, unless overridden), then its
+    Java members and its confluent members (:data:`MIXED_MIGRATION_PROBABILITY`,
+    :data:`CONFLUENT_MIGRATION_PROBABILITY`; together at most half of the slots). Both
     replace the classic draws (assignor, Java members)."""
     rng = random.Random(f"protocol:kafka:{seed}")
     draw = rng.random()
@@ -184,5 +189,9 @@ def protocol_params(seed: int, members: int) -> dict[str, Any]:
         mixed = random.Random(f"{stream}:kafka:{seed}")
         if mixed.random() < MIXED_MIGRATION_PROBABILITY:
             migration["java_members"] = mixed.randint(1, migration["members"] // 2)
+        room = migration["members"] // 2 - migration["java_members"]
+        librdkafka = random.Random(f"confluent-{stream}:kafka:{seed}")
+        if room > 0 and librdkafka.random() < CONFLUENT_MIGRATION_PROBABILITY:
+            migration["confluent_members"] = librdkafka.randint(1, room)
         return migration
     return {}

@@ -473,7 +473,7 @@ class ChaosRunner:
         if spec.java:
             return await self._spawn_java(spec, name, protocol)
         if spec.confluent:
-            return await self._spawn_confluent(spec, name)
+            return await self._spawn_confluent(spec, name, protocol)
         t = self.schedule.timeouts
         argv = [
             *kill_with_parent_prefix(),
@@ -545,7 +545,7 @@ class ChaosRunner:
             spawned_at=time.monotonic(),
             java=spec.java,
             confluent=spec.confluent,
-            protocol="consumer" if spec.confluent else self.schedule.protocol,
+            protocol=self.schedule.protocol,
         )
         self.procs.append(mp)
         self.result.processes += 1
@@ -619,17 +619,18 @@ class ChaosRunner:
         mp.protocol = protocol
         return mp
 
-    async def _spawn_confluent(self, spec: MemberSpec, name: str) -> MemberProc:
-        """Start a confluent-kafka member (consumer protocol) in ``spec``'s slot, direct."""
+    async def _spawn_confluent(self, spec: MemberSpec, name: str, protocol: str) -> MemberProc:
+        """Start a confluent-kafka member on ``protocol`` in ``spec``'s slot, direct."""
+        bootstrap = self.target.bootstrap_for(spec)
         argv = [
             *kill_with_parent_prefix(),
-            *confluent_argv(
-                self.schedule, spec, name, self.target.bootstrap_for(spec), self.group, self.topic
-            ),
+            *confluent_argv(self.schedule, spec, name, bootstrap, self.group, self.topic, protocol),
         ]
         log_path = self.workdir / f"{name}.log"
         proc = await _spawn(argv, log_path)
-        return self._track(spec, name, proc, log_path, "confluent, direct, consumer protocol")
+        mp = self._track(spec, name, proc, log_path, f"confluent, direct, {protocol} protocol")
+        mp.protocol = protocol
+        return mp
 
     def current(self, slot: str) -> MemberProc | None:
         """The newest process of ``slot``."""
@@ -804,7 +805,8 @@ class ChaosRunner:
 
         A Java member reports no state: it counts once it reports a generation (after a
         completed join and sync), which must be the others'; its assignment and holds count
-        like a kgroup member's.
+        like a kgroup member's. A confluent member (a migration's, on classic) reports no
+        generation either: it counts once librdkafka's statistics say ``steady``.
 
         Once a member of the consumer protocol runs in the group, generations are member
         epochs, one per member: :func:`._kip848.why_not_stable_consumer` checks instead."""
@@ -819,13 +821,18 @@ class ChaosRunner:
         if not live:
             return "no live member"
         for p in live:
-            if p.foreign:
+            if p.confluent:
+                # librdkafka exposes no generation: its statistics' join state instead.
+                if p.status is None or p.status.get("join_state") != "steady":
+                    state = None if p.status is None else p.status.get("join_state")
+                    return f"{p.name} ({p.client}) is {state}"
+            elif p.java:
                 if p.status is None or int(p.status.get("generation", -1)) < 1:
                     return f"{p.name} ({p.client}) has not joined"
             elif p.status is None or p.status.get("state") != "STABLE":
                 state = None if p.status is None else p.status.get("state")
                 return f"{p.name} is {state}"
-        generations = {p.name: p.status["generation"] for p in live if p.status}
+        generations = {p.name: p.status["generation"] for p in live if p.status and not p.confluent}
         if len(set(generations.values())) != 1:
             return f"generations differ: {generations}"
         why = why_not_classic_group(self.schedule, live, self._converted_back)

@@ -60,7 +60,8 @@ Group protocols (Kafka only; ``Schedule.protocol``): ``classic`` (JoinGroup/Sync
 schedule so far), ``consumer`` (KIP-848: the broker assigns with ``remote_assignor``; some
 slots may run Kafka's Java consumer or confluent-kafka (librdkafka, ``MemberSpec.confluent``,
 ``_confluent_proc.py``), both on the consumer protocol, with the Java slots' rules) and
-``migration``: a classic group of kgroup members (``assignor``) whose slots are rolled one
+``migration``: a classic group of kgroup members (``assignor``; some slots may run Kafka's
+Java consumer or confluent-kafka, on classic until their roll) whose slots are rolled one
 by one onto the consumer protocol (``roll`` steps) while the faults run; every process
 started after a slot's first (a roll, a rejoin) runs the consumer protocol; and
 ``migration-back``: likewise, but a slot's second restart (a roll, a rejoin) takes it back
@@ -541,8 +542,8 @@ class _Slot:
 
     def allows(self, kind: str) -> bool:
         """Whether this slot may get a member fault of ``kind`` (:data:`JAVA_FAULTS`; a
-        Java slot of a migration is rolled too: a close, then a new process)."""
-        return not self.spec.foreign or kind in JAVA_FAULTS or (kind == "roll" and self.spec.java)
+        Java or confluent slot of a migration is rolled too: a close, then a new process)."""
+        return not self.spec.foreign or kind in JAVA_FAULTS or kind == "roll"
 
 
 @dataclass
@@ -782,14 +783,17 @@ def _possible(kind: str, line: _Timeline, t: float, window: float, session: floa
     return True
 
 
-def _rejoin_delay(kind: str, spec: MemberSpec, protocol: str, session: float) -> float:
+def _rejoin_delay(kind: str, slot: _Slot, protocol: str, session: float) -> float:
     """How long after a crash or a leave the slot may rejoin: 0.5 s, or for a static Java or
-    confluent slot that crashed in a consumer-protocol group a session timeout and 1 s.
-    Its crashed member keeps the instance id until the broker expires it (it never left
-    with epoch -2), and both clients take the broker's UNRELEASED_INSTANCE_ID as fatal
-    (Kafka's Java consumer by design, the spec's §10.7); kgroup retries for a session
-    (deviation 16), so kgroup slots rejoin at once."""
-    if kind == "crash" and spec.foreign and spec.instance_id and protocol == "consumer":
+    confluent slot whose crashed process ran the consumer protocol (the schedule's, or a
+    migration's after a roll) a session timeout and 1 s. Its crashed member keeps the
+    instance id until the broker expires it (it never left with epoch -2), and both
+    clients take the broker's UNRELEASED_INSTANCE_ID as fatal (Kafka's Java consumer by
+    design, the spec's §10.7); kgroup retries for a session (deviation 16), so kgroup
+    slots rejoin at once."""
+    spec = slot.spec
+    crashed_on = protocol_for(protocol, slot.restarts + 1)
+    if kind == "crash" and spec.foreign and spec.instance_id and crashed_on == "consumer":
         return session + 1.0
     return 0.5
 
@@ -829,7 +833,7 @@ def _add(
             steps.append(Step.make(t, kind, member=slot.spec.slot, duration=duration))
         else:
             slot.alive, slot.down_since = False, t
-            slot.rejoin_at = t + _rejoin_delay(kind, slot.spec, line.protocol, session)
+            slot.rejoin_at = t + _rejoin_delay(kind, slot, line.protocol, session)
             steps.append(Step.make(t, kind, member=slot.spec.slot))
     elif kind == "rejoin":
         slot = rng.choice([s for s in line.slots if not s.alive and s.rejoin_at <= t])

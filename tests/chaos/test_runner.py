@@ -224,6 +224,34 @@ def test_stability_counts_the_java_members_assignment(group: Any) -> None:
     assert "assigned twice" in str(runner.why_not_stable())
 
 
+def test_a_confluent_classic_member_counts_once_librdkafka_says_steady(tmp_path: Path) -> None:
+    """A migration's confluent member on classic reports no generation: it counts once its
+    statistics' join state is ``steady``, and its assignment and holds count as any."""
+    members = (MemberSpec("m1", via_proxy=True), MemberSpec("m2", confluent=True))
+    runner = make_runner(tmp_path, members=members, protocol="migration")
+    try:
+        kg, rdk = add(runner, "m1"), add(runner, "m2", confluent=True)
+        runner.feed(kg, line("ready", 0.0, lease=True))
+        runner.feed(rdk, line("started", 0.0))
+        runner.feed(kg, line("assigned", 1.0, 0, generation=3))
+        runner.feed(kg, line("status", 1.0, state="STABLE", generation=3, leader=True,
+                             assignment=parts(0)))  # fmt: skip
+        assert runner.why_not_stable() == "m2 (confluent) is None"
+        runner.feed(rdk, line("status", 1.1, member_id="r", assignment=parts(1),
+                              join_state="wait-sync"))  # fmt: skip
+        assert runner.why_not_stable() == "m2 (confluent) is wait-sync"
+        runner.feed(rdk, line("status", 1.2, member_id="r", assignment=parts(1),
+                              join_state="steady"))  # fmt: skip
+        assert "held by []" in str(runner.why_not_stable())  # status without the callback
+        runner.feed(rdk, line("assigned", 1.3, 1))
+        assert runner.why_not_stable() is None
+        runner.feed(rdk, line("status", 1.4, member_id="r", assignment=parts(0, 1),
+                              join_state="steady"))  # fmt: skip
+        assert "assigned twice" in str(runner.why_not_stable())
+    finally:
+        runner._timeline.close()
+
+
 # -- consumer-protocol groups (KIP-848) ----------------------------------------------------------
 
 CONSUMER_MEMBERS = (

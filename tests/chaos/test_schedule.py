@@ -15,6 +15,7 @@ import pytest
 from ._protocols import (
     BACK_ROLL_GAP,
     BACK_WINDOW,
+    CONFLUENT_MIGRATION_PROBABILITY,
     MIGRATION_ASSIGNORS,
     MIGRATIONS,
     MIXED_MIGRATION_PROBABILITY,
@@ -101,10 +102,10 @@ def test_parameters_are_validated() -> None:
         make_schedule(
             1, broker="kafka", members=3, static=False, protocol="consumer", assignor="sticky"
         )
-    with pytest.raises(ValueError, match="no confluent"):
+    with pytest.raises(ValueError, match=r"java_members \+ confluent_members must be 1\.\.2"):
         make_schedule(
             1, broker="kafka", members=3, static=False, protocol="migration",
-            remote_assignor="uniform", confluent_members=1,
+            remote_assignor="uniform", java_members=1, confluent_members=2,
         )  # fmt: skip
     with pytest.raises(ValueError, match="migration starts"):
         make_schedule(
@@ -227,8 +228,9 @@ def test_schedule_for_draws_mixed_groups_on_kafka_cooperative_sticky_only() -> N
 def _check_member_timeline(s: Schedule) -> None:
     """Crash, pause and leave hit running, unpaused members; rejoin only fills a slot that
     is down; at least one member is always left; a Java or confluent slot only gets
-    JAVA_FAULTS, and in a static consumer-protocol group rejoins a session timeout after it
-    crashed at the earliest (its instance id is not released before); a roll hits a running
+    JAVA_FAULTS (and a migration's rolls), and when static rejoins a session timeout after
+    a crash of a consumer-protocol process at the earliest (its instance id is not
+    released before); a roll hits a running
     slot restarted fewer than ROLLS times (once for a migration: not rolled yet; twice for a
     migration back), which is then left alone for ROLL_BUSY seconds."""
     alive = {m.slot: True for m in s.members}
@@ -237,8 +239,7 @@ def _check_member_timeline(s: Schedule) -> None:
     restarts = dict.fromkeys(alive, 0)
     for step in s.steps:
         slot = step.member
-        java_roll = step.kind == "roll" and slot in s.java_slots
-        assert slot not in s.foreign_slots or step.kind in JAVA_FAULTS or java_roll, step
+        assert slot not in s.foreign_slots or step.kind in (*JAVA_FAULTS, "roll"), step
         if step.kind == "roll":
             assert s.protocol in MIGRATIONS, step
             assert slot is not None and alive[slot] and paused_until[slot] <= step.at, step
@@ -255,7 +256,7 @@ def _check_member_timeline(s: Schedule) -> None:
                 assert any(alive.values()), "the last member went away"
                 spec = s.member(slot)
                 late = step.kind == "crash" and spec.foreign and s.static
-                late = late and s.protocol == "consumer"
+                late = late and protocol_for(s.protocol, restarts[slot] + 1) == "consumer"
                 rejoin_at[slot] = step.at + (s.timeouts.session + 1.0 if late else 0.5)
         elif step.kind == "rejoin":
             assert slot is not None and not alive[slot], step
@@ -358,7 +359,9 @@ def test_consumer_protocol_groups_mix_three_clients_on_the_java_slots_rules() ->
 
 def test_a_migration_rolls_its_slots_one_by_one() -> None:
     """Half the migrations (not back) have Java members (1 to half the slots, a draw of
-    their own), rolled like the kgroup ones; no confluent members."""
+    their own), and half of those with room left confluent members (a draw of their own
+    again; Java and confluent together at most half the slots), rolled like the kgroup
+    ones."""
     migrations = [s for s in map(functools.partial(schedule_for, "kafka"), range(1, 600))]
     migrations = [s for s in migrations if s.protocol == "migration"]
     every_slot = 0
@@ -366,12 +369,20 @@ def test_a_migration_rolls_its_slots_one_by_one() -> None:
     many = [schedule_for("kafka", seed) for seed in range(600, 2400)]
     share = [bool(s.java_slots) for s in many if s.protocol == "migration"]
     assert 0.35 < sum(share) / len(share) < 0.65
+    roomy = [
+        s for s in many if s.protocol == "migration" and len(s.java_slots) < len(s.members) // 2
+    ]
+    librdkafka = sum(bool(s.confluent_slots) for s in roomy) / len(roomy)
+    assert 0.3 < librdkafka < 0.7, CONFLUENT_MIGRATION_PROBABILITY
     assert any(st.kind == "roll" and st.member in s.java_slots for s in mixed for st in s.steps), (
         "a Java slot rolled"
     )
+    assert any(
+        st.kind == "roll" and st.member in s.confluent_slots for s in many for st in s.steps
+    ), "a confluent slot rolled"
     for s in migrations:
-        assert not s.confluent_slots and 3 <= len(s.members) <= 5
-        assert len(s.java_slots) <= len(s.members) // 2
+        assert 3 <= len(s.members) <= 5
+        assert len(s.java_slots) + len(s.confluent_slots) <= len(s.members) // 2
         assert s.assignor in MIGRATION_ASSIGNORS and s.remote_assignor in REMOTE_ASSIGNORS
         assert f"{s.assignor}-to-{s.remote_assignor}" in s.label
         rolls = [st for st in s.steps if st.kind == "roll"]
@@ -400,7 +411,7 @@ def test_a_migration_back_rolls_every_slot_onto_the_consumer_protocol_and_back()
     mixed = [s for s in backs if s.java_slots]
     assert 0.3 < len(mixed) / len(backs) < 0.7, MIXED_MIGRATION_PROBABILITY
     for s in backs:
-        assert not s.confluent_slots and len(s.java_slots) <= len(s.members) // 2
+        assert len(s.java_slots) + len(s.confluent_slots) <= len(s.members) // 2
         assert 3 <= len(s.members) <= 5
         assert s.fault_window == BACK_WINDOW and s.faults_end <= BACK_WINDOW
         assert s.label.startswith("kafka-migration-back-") and "and back" in str(s)
@@ -424,6 +435,9 @@ def test_a_migration_back_rolls_every_slot_onto_the_consumer_protocol_and_back()
 
     java_back = [s for s in mixed if any(restarts(s, m) >= 2 for m in s.java_slots)]
     assert len(java_back) > len(mixed) / 2, "most restart a Java slot there and back"
+    librdkafka = [s for s in backs if s.confluent_slots]
+    confluent_back = [s for s in librdkafka if any(restarts(s, m) >= 2 for m in s.confluent_slots)]
+    assert len(confluent_back) > len(librdkafka) / 2, "most restart a confluent slot there and back"
     # the other migrations keep the schedules they had: drawn as before
     for s in kafka:
         if s.protocol == "migration":
@@ -431,7 +445,7 @@ def test_a_migration_back_rolls_every_slot_onto_the_consumer_protocol_and_back()
             assert without_topic_changes(s) == make_schedule(
                 s.seed, broker="kafka", members=len(s.members), static=s.static,
                 assignor=s.assignor, protocol="migration", remote_assignor=s.remote_assignor,
-                java_members=len(s.java_slots),
+                java_members=len(s.java_slots), confluent_members=len(s.confluent_slots),
             )  # fmt: skip
     assert not any(schedule_for(b, n).protocol == "migration-back" for b, n in default_cases())
 
