@@ -202,23 +202,28 @@ def why_not_stable_consumer(
 
 
 def why_not_classic_group(
-    schedule: Schedule, live: Sequence[_Member], converted_back: Callable[[], bool]
+    schedule: Schedule, live: Sequence[_Member], conversions: Callable[[], list[str]]
 ) -> str | None:
     """For a migration whose live members all run the classic protocol: None when one of
     them leads its generation, or when none does but the broker's log says it converted
-    the group back to classic (``converted_back``): a static member's replacement converts
-    it without a rebalance, so nobody was told it leads, and kgroup's members, whose
-    JoinGroup named no leader, watch the partition counts themselves (deviations.md row
-    21); otherwise why not (a consumer group whose consumer-protocol members the broker has
-    not fenced yet). None for other schedules."""
+    the group back to classic (``conversions``, the broker's conversions of the group so
+    far): a static member's replacement converts it without a rebalance, so nobody was
+    told it leads, and kgroup's members, whose JoinGroup named no leader, watch the
+    partition counts themselves (deviations.md row 21). With a Java or confluent member,
+    which does not say whether it leads, also None when the group was never converted (a
+    classic group all along); otherwise why not (a consumer group whose consumer-protocol
+    members the broker has not fenced yet). None for other schedules."""
     if schedule.protocol not in MIGRATIONS:
         return None
     if any(p.status is not None and p.status.get("leader") for p in live):
         return None
-    if any(p.foreign for p in live):
-        return None  # a Java member may lead: Kafka's consumer does not say whether it does
-    if converted_back():
+    seen = conversions()
+    if seen[-1:] == ["consumer->classic"]:
         return None
+    if any(p.foreign for p in live):
+        if not seen:
+            return None
+        return "a consumer group still: the broker's log shows no conversion back yet"
     return "no member leads: a consumer group still (classic members are followers there)"
 
 

@@ -791,13 +791,13 @@ class ChaosRunner:
                 async with asyncio.timeout(min(left, 1.0)):
                     await self._changed.wait()
 
-    def _converted_back(self) -> bool:
-        """Whether the broker's log says its last conversion of the group was back to
-        classic (Kafka only; read when a migration's classic members name no leader)."""
+    def _conversions(self) -> list[str]:
+        """The broker's conversions of the group so far, from its log (:func:`conversions`;
+        Kafka only; read when a migration's classic members name no leader)."""
         broker = self.target.broker
         if not isinstance(broker, KafkaBroker):
-            return False
-        return conversions(broker.log_path, self.group)[-1:] == ["consumer->classic"]
+            return []
+        return conversions(broker.log_path, self.group)
 
     def why_not_stable(self) -> str | None:
         """None when the group is stable: every live member STABLE in one generation,
@@ -833,9 +833,9 @@ class ChaosRunner:
                 state = None if p.status is None else p.status.get("state")
                 return f"{p.name} is {state}"
         generations = {p.name: p.status["generation"] for p in live if p.status and not p.confluent}
-        if len(set(generations.values())) != 1:
+        if len(set(generations.values())) > 1:  # none: confluent members only
             return f"generations differ: {generations}"
-        why = why_not_classic_group(self.schedule, live, self._converted_back)
+        why = why_not_classic_group(self.schedule, live, self._conversions)
         if why is not None:
             return why
         owners: dict[TopicPartition, list[str]] = {}

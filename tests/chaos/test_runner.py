@@ -434,9 +434,10 @@ def test_a_migration_back_is_stable_only_once_the_group_is_classic_again(
         assert "no member leads" in str(runner.why_not_stable())
         # The broker's log says it converted the group back (a static replacement: no
         # rebalance, nobody told it leads; kgroup's members watch the counts, row 21).
-        runner._converted_back = lambda: True  # type: ignore[method-assign]
+        back = ["classic->consumer", "consumer->classic"]
+        runner._conversions = lambda: back  # type: ignore[method-assign]
         assert runner.why_not_stable() is None
-        del runner._converted_back
+        del runner._conversions
         assert "no member leads" in str(runner.why_not_stable())
         runner.feed(m1, line("status", 2.0, state="STABLE", generation=9, leader=True,
                              assignment=parts(0)))  # fmt: skip
@@ -454,6 +455,28 @@ def test_a_migration_back_is_stable_only_once_the_group_is_classic_again(
         assert classic.why_not_stable() is None
     finally:
         classic._timeline.close()
+    # With a Java or confluent member, which does not say whether it leads: the broker's
+    # log decides, and a group never converted is a classic group all along.
+    (tmp_path / "mixed").mkdir()
+    members = (MemberSpec("m1"), MemberSpec("m2", confluent=True))
+    mixed = make_runner(tmp_path / "mixed", 2, protocol="migration-back", members=members)
+    try:
+        kg, rdk = add(mixed, "m1", name="m1.3"), add(mixed, "m2", name="m2.3", confluent=True)
+        mixed.feed(kg, line("assigned", 1.0, 0, generation=9))
+        mixed.feed(kg, line("status", 1.0, state="STABLE", generation=9, leader=False,
+                            assignment=parts(0)))  # fmt: skip
+        mixed.feed(rdk, line("assigned", 1.0, 1))
+        mixed.feed(rdk, line("status", 1.0, member_id="r", assignment=parts(1),
+                             join_state="steady"))  # fmt: skip
+        seen: list[str] = []
+        mixed._conversions = lambda: seen  # type: ignore[method-assign]
+        assert mixed.why_not_stable() is None
+        seen.append("classic->consumer")
+        assert "no conversion back yet" in str(mixed.why_not_stable())
+        seen.append("consumer->classic")
+        assert mixed.why_not_stable() is None
+    finally:
+        mixed._timeline.close()
 
 
 def test_the_conversions_come_from_the_broker_log_of_this_group_in_order(tmp_path: Path) -> None:

@@ -18,8 +18,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
+from aiokafka.conn import create_conn
 
 from kgroup import GroupConfig, TopicPartition
+from kgroup._core._consumer_protocol import Assignment, Subscription
+from kgroup._core._consumer_protocol import TopicPartition as WireTopicPartition
+from kgroup._core._messages import FindCoordinatorRequest, JoinGroupRequest, SyncGroupRequest
+from kgroup._errors import ErrorCode
+from kgroup._protocol import from_wire, to_wire
 from kgroup.testing import (
     JavaMember,
     KafkaBroker,
@@ -553,3 +559,119 @@ async def test_a_group_converted_back_by_a_static_replacement_takes_new_partitio
             lambda: covered([a, b2], topic, 4), timeout=60, what="the new partitions taken"
         )
         assert not any(r.errors for r in (a, b2))
+
+
+# -- 7. Kafka's conversion of a classic group reset mid-rebalance --------------------------------
+
+
+class RawClassicMember:
+    """A classic cooperative-sticky member spoken by hand on one connection (the test
+    broker is its own coordinator), so that the test decides when it joins and syncs."""
+
+    def __init__(self, conn: Any, group: str, topic: str) -> None:
+        self.conn, self.group, self.topic = conn, group, topic
+        self.member_id = ""
+
+    async def send(self, request: Any) -> Any:
+        return from_wire(await self.conn.send(to_wire(request)))
+
+    async def find_coordinator(self) -> None:
+        """Until the broker coordinates the group (its offsets topic may not exist yet)."""
+        deadline = time.monotonic() + 30
+        while (await self.send(FindCoordinatorRequest(group_id=self.group))).error_code:
+            assert time.monotonic() < deadline, "no coordinator for the group"
+            await asyncio.sleep(0.1)  # the broker creates __consumer_offsets meanwhile
+
+    async def join(self, owned: tuple[int, ...] = (), generation: int = -1) -> Any:
+        subscription = Subscription(
+            topics=(self.topic,),
+            owned_partitions=tuple(WireTopicPartition(self.topic, p) for p in owned),
+            generation_id=generation,
+        )
+        while True:
+            answer = await self.send(
+                JoinGroupRequest(
+                    group_id=self.group,
+                    session_timeout_ms=30_000,
+                    rebalance_timeout_ms=30_000,
+                    member_id=self.member_id,
+                    group_instance_id=None,
+                    protocol_type="consumer",
+                    protocols=(("cooperative-sticky", subscription.encode()),),
+                )
+            )
+            if answer.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+                self.member_id = answer.member_id
+                continue
+            assert answer.error_code == ErrorCode.NONE, answer
+            return answer
+
+    async def sync(self, generation: int, partitions: tuple[int, ...]) -> None:
+        assignment = Assignment(
+            partitions=tuple(WireTopicPartition(self.topic, p) for p in partitions)
+        )
+        answer = await self.send(
+            SyncGroupRequest(
+                group_id=self.group,
+                generation_id=generation,
+                member_id=self.member_id,
+                group_instance_id=None,
+                protocol_type="consumer",
+                protocol_name="cooperative-sticky",
+                assignments=((self.member_id, assignment.encode()),),
+            )
+        )
+        assert answer.error_code == ErrorCode.NONE, answer
+
+
+@pytest.mark.parametrize("reset", [False, True], ids=["synced", "reset"])
+async def test_kafka_converts_a_classic_group_reset_mid_rebalance_as_if_nobody_owned_anything(
+    reset: bool, kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """Kafka 4.4.0's conversion of a classic group to a consumer group takes each classic
+    member's partitions from its last assignment, which Kafka empties when a JoinGroup
+    comes in while the group completes a rebalance (``prepareRebalance`` from
+    CompletingRebalance resets every member's assignment): a member whose SyncGroup timed
+    out rejoins exactly so. If the first consumer-protocol member joins then, the group is
+    converted as if nobody owned anything, and that member is given partitions that the
+    classic members still own (cooperative members keep theirs across a failed sync, as
+    KIP-429 says), until they rejoin and give them up. Found by chaos (Kafka seed 98, a
+    migration back, 0.3 s of overlap); no client can see it coming (limitations.md).
+
+    A classic member X owns all 4 partitions (generation 1) and rejoins (generation 2,
+    CompletingRebalance, no SyncGroup yet). ``synced``: a kgroup consumer-protocol member C
+    joins now; Kafka converts with X owning all 4, and C is given nothing while X has not
+    given anything up (C heartbeats several times). ``reset``: X first joins again with
+    changed metadata, which resets the assignments; then C is given its half at once,
+    though X gave nothing up."""
+    topic = make_topic(4)
+    await short_session(kafka_broker, unique_group)
+    host, port = kafka_broker.bootstrap.rsplit(":", 1)
+    conn = await create_conn(host, int(port), request_timeout_ms=30_000)
+    x = RawClassicMember(conn, unique_group, topic)
+    try:
+        await x.find_coordinator()
+        first = await x.join()
+        await x.sync(first.generation_id, (0, 1, 2, 3))
+        second = await x.join(owned=(0, 1, 2, 3), generation=first.generation_id)
+        assert second.generation_id == first.generation_id + 1
+        if reset:  # another JoinGroup with changed metadata while CompletingRebalance
+            third = await x.join(owned=(0, 1, 2, 3), generation=second.generation_id + 100)
+            assert third.generation_id == second.generation_id + 1
+        log_start = kafka_broker.log_path.stat().st_size
+        async with MemberGroup(check_ownership=False) as group:
+            c = await group.start(consumer_config(kafka_broker, unique_group, topic))
+            if reset:
+                await group.wait_until(lambda: bool(c.assignment), timeout=30, what="C assigned")
+                assert len(c.assignment) == 2  # X's, which X never gave up
+            else:
+                await group.wait_until(
+                    lambda: c.member.stats().heartbeats_acknowledged >= 5,
+                    timeout=30,
+                    what="C heartbeating",
+                )
+                assert c.assignment == frozenset()  # X still owns them: nothing for C yet
+            lines = broker_log_lines(kafka_broker, unique_group, log_start)
+            assert any("Converted the classic group to a consumer group" in ln for ln in lines)
+    finally:
+        await conn.close()
