@@ -41,6 +41,7 @@ __all__ = [
     "conversions",
     "group_setup",
     "java_protocol_args",
+    "unowned_conversions",
     "why_not_classic_group",
     "why_not_stable_consumer",
 ]
@@ -228,6 +229,45 @@ def why_not_classic_group(
 
 
 _CONVERTED = re.compile(r"Converted the (?:empty )?(classic|consumer) group to a (\w+) group")
+
+
+_LOG_TIME = re.compile(r"^(\d\d):(\d\d):(\d\d)\.(\d{3}) ")
+_STABILIZED = re.compile(r"Stabilized group (\S+) generation")
+_PREPARING = re.compile(r"Preparing to rebalance group (\S+) in state")
+_ASSIGNMENT = re.compile(r"Assignment received from leader \S+ for group (\S+) for generation")
+
+
+def unowned_conversions(broker_log: Path, group: str) -> list[float]:
+    """When (seconds since midnight, the broker's log clock) Kafka converted ``group`` to a
+    consumer group while every classic member's assignment was empty: after a rebalance
+    prepared while the group completed one (``prepareRebalance`` from CompletingRebalance
+    resets every member's assignment) and before the leader's next SyncGroup. Such a
+    conversion treats the classic members as owning nothing, so the first consumer-protocol
+    member may be given partitions they still hold (limitations.md; the Kafka test
+    ``test_kafka_converts_a_classic_group_reset_mid_rebalance_as_if_nobody_owned_anything``).
+    """
+    try:
+        text = broker_log.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return []
+    found: list[float] = []
+    completing = empty = False
+    for line in text.splitlines():
+        if group not in line:
+            continue
+        stamp = _LOG_TIME.match(line)
+        if (m := _STABILIZED.search(line)) and m[1] == group:
+            completing = True
+        elif (m := _PREPARING.search(line)) and m[1] == group:
+            empty, completing = empty or completing, False
+        elif (m := _ASSIGNMENT.search(line)) and m[1] == group:
+            empty = completing = False
+        elif (m := _CONVERTED.search(line)) and f"[GroupId {group}]" in line:
+            if f"{m[1]}->{m[2]}" == "classic->consumer" and empty and stamp:
+                h, mi, sec, ms = (int(x) for x in stamp.groups())
+                found.append(h * 3600 + mi * 60 + sec + ms / 1000)
+            empty = completing = False
+    return found
 
 
 def conversions(broker_log: Path, group: str) -> list[str]:

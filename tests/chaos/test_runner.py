@@ -19,7 +19,7 @@ import pytest
 from kgroup import TopicPartition
 from kgroup.testing import JavaMember
 
-from ._kip848 import conversions, why_not_stable_consumer
+from ._kip848 import conversions, unowned_conversions, why_not_stable_consumer
 from ._runner import ChaosRunner, MemberProc, Target
 from ._schedule import MemberSpec, Schedule, Step, Timeouts
 
@@ -519,3 +519,81 @@ async def test_java_stamps_are_on_the_monotonic_clock(tmp_path: Path) -> None:
         await member.close(timeout=20.0)
     assert member.returncode == 0
     assert member.events[-1]["event"] == "closed" and member.events[-1]["t"] >= stamp
+
+
+def test_a_conversion_while_the_assignments_were_reset_is_found_in_the_broker_log(
+    tmp_path: Path,
+) -> None:
+    """A JoinGroup while the group completes a rebalance (Stabilized, no assignment from
+    the leader yet) resets every assignment until the leader's next SyncGroup: a
+    conversion to a consumer group in between is one as if nobody owned anything (the
+    lines of Kafka seed 98's log, shortened)."""
+    mgr = "INFO org.apache.kafka.coordinator.group.GroupMetadataManager - [GroupCoordinator id=1]"
+    lines = [
+        "08:49:41.422 {m} Stabilized group g generation 3 with 5 members.",
+        "08:49:41.455 {m} Assignment received from leader a for group g for generation 3.",
+        "08:49:41.611 {m} Preparing to rebalance group g in state PreparingRebalance with old "
+        "generation 3 (reason: Updating metadata for member d during Stable).",
+        "08:49:41.700 {m} Stabilized group other generation 7 with 1 members.",
+        "08:49:41.771 {m} Stabilized group g generation 4 with 5 members.",
+        "08:49:47.399 {m} Preparing to rebalance group g in state PreparingRebalance with old "
+        "generation 4 (reason: Updating metadata for member c during CompletingRebalance).",
+        "08:49:47.442 {m} [GroupId g] Converted the classic group to a consumer group.",
+        "08:50:04.996 {m} [GroupId g] Converted the consumer group to a classic group.",
+    ]
+    log = tmp_path / "broker.log"
+    log.write_text("\n".join(line.format(m=mgr) for line in lines) + "\n")
+    assert unowned_conversions(log, "g") == [8 * 3600 + 49 * 60 + 47.442]
+    assert unowned_conversions(log, "other") == []
+    # The leader's SyncGroup came in before the conversion: the assignments were back.
+    lines.insert(
+        6, "08:49:47.420 {m} Assignment received from leader a for group g for generation 5."
+    )
+    log.write_text("\n".join(line.format(m=mgr) for line in lines) + "\n")
+    assert unowned_conversions(log, "g") == []
+    # A rebalance prepared from Stable resets nothing.
+    del lines[4:7]
+    log.write_text("\n".join(line.format(m=mgr) for line in lines) + "\n")
+    assert unowned_conversions(log, "g") == []
+    assert unowned_conversions(tmp_path / "missing.log", "g") == []
+
+
+@pytest.mark.parametrize(
+    ("earlier", "later", "end", "fails"),
+    [
+        ("m3", "m2.2", 5.9, False),  # classic, then consumer protocol: Kafka's gap, excused
+        ("m3", "m2.2", 13.0, True),  # ... but held longer than a session (6 s) + 1 s after it
+        ("m3", "m3.3", 5.9, True),  # two classic processes: never excused
+        ("m2.2", "m3", 5.9, True),  # the consumer-protocol hold first: never excused
+    ],
+)
+def test_only_a_classic_hold_across_an_unowned_conversion_is_excused(
+    tmp_path: Path, earlier: str, later: str, end: float, fails: bool
+) -> None:
+    members = (MemberSpec("m2"), MemberSpec("m3"))
+    runner = make_runner(tmp_path, 2, protocol="migration-back", members=members)
+    try:
+        procs = {
+            "m3": add(runner, "m3"),
+            "m2.2": add(runner, "m2", name="m2.2", protocol="consumer"),
+            "m3.3": add(runner, "m3", name="m3.3"),
+        }
+        runner._unowned_conversions = lambda: [5.53]  # type: ignore[method-assign]
+        first, second = procs[earlier], procs[later]
+        runner.feed(first, line("assigned", -0.1 if earlier == "m3" else 5.55, 0, generation=3))
+        runner.feed(second, line("assigned", 5.6, 0, generation=5))
+        runner.feed(first, line("revoked", end, 0, generation=5))
+        for mp in procs.values():
+            exit_cleanly(runner, mp, 40.0)
+        found = failures(runner)
+        assert bool(found) == fails, found
+        if not fails:
+            assert "converted the group while its assignments were reset" in "".join(
+                runner.result.notes
+            )
+        del runner._unowned_conversions
+        if not fails:  # without the broker's word, the same overlap fails
+            runner.result.failures.clear()
+            assert any("invariant 1" in f for f in failures(runner))
+    finally:
+        runner._timeline.close()
