@@ -1032,8 +1032,8 @@ def _rolling_rounds(
             samples.append(sample)
             log(
                 f"  rolling {label} r{rep}: {fmt(sample['unavailable_ps'])} partition-s "
-                f"unavailable, {fmt(sample['rebalances'])} rebalances, "
-                f"wall {fmt(sample['wall_s'])} s"
+                f"unavailable (scale-out {fmt(sample['scale_out_ps'])}), "
+                f"{fmt(sample['rebalances'])} rebalances, wall {fmt(sample['wall_s'])} s"
             )
 
 
