@@ -187,6 +187,9 @@ def why_not_stable_consumer(
     missing = sorted(str(tp) for tp in wanted - owners.keys())
     if missing:
         return f"unassigned: {missing}"
+    gone = sorted(str(tp) for tp in owners.keys() - wanted)
+    if gone:
+        return f"still assigned, of a deleted topic: {gone}"
     doubled = {str(tp): who for tp, who in owners.items() if len(who) > 1}
     if doubled:
         return f"assigned twice: {doubled}"
@@ -199,6 +202,9 @@ def why_not_stable_consumer(
     for tp in sorted(wanted):
         if holders.get(tp, []) != owners[tp]:
             return f"{tp}: held by {holders.get(tp, [])}, assigned to {owners[tp]}"
+    held = sorted(str(tp) for tp, who in holders.items() if who and tp not in wanted)
+    if held:
+        return f"still held, of a deleted topic: {held}"
     return None
 
 

@@ -235,6 +235,30 @@ class Target:
                 await admin.close()
             await asyncio.sleep(0.25)  # then try again, until the deadline
 
+    async def delete_topic(self, name: str, timeout: float = 60.0) -> None:
+        """DeleteTopics (Kafka, directly). Retried until ``timeout`` while the broker does
+        not answer; a topic already gone (an earlier attempt took effect) counts as done."""
+        from aiokafka.admin import AIOKafkaAdminClient
+        from aiokafka.errors import UnknownTopicOrPartitionError
+
+        deadline = time.monotonic() + timeout
+        while True:
+            admin = AIOKafkaAdminClient(
+                bootstrap_servers=self.direct_bootstrap, request_timeout_ms=10_000
+            )
+            try:
+                await admin.start()
+                await admin.delete_topics([name])
+                return
+            except UnknownTopicOrPartitionError:
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            finally:
+                await admin.close()
+            await asyncio.sleep(0.25)  # then try again, until the deadline
+
 
 async def _partition_count(admin: Any, topic: str) -> int:
     described = await admin.describe_topics([topic])
@@ -849,6 +873,9 @@ class ChaosRunner:
         missing = sorted(str(tp) for tp in self.partitions - owners.keys())
         if missing:
             return f"unassigned: {missing}"
+        gone = sorted(str(tp) for tp in owners.keys() - self.partitions)
+        if gone:
+            return f"still assigned, of a deleted topic: {gone}"
         doubled = {str(tp): who for tp, who in owners.items() if len(who) > 1}
         if doubled:
             return f"assigned twice: {doubled}"
@@ -856,6 +883,9 @@ class ChaosRunner:
         for tp in sorted(self.partitions):
             if holders.get(tp, []) != owners[tp]:
                 return f"{tp}: held by {holders.get(tp, [])}, assigned to {owners[tp]}"
+        held = sorted(str(tp) for tp, who in holders.items() if who and tp not in self.partitions)
+        if held:
+            return f"still held, of a deleted topic: {held}"
         return None
 
     def broker_stall(self) -> str | None:
@@ -1117,6 +1147,8 @@ class ChaosRunner:
             self._later("add-partitions", self._grow_topic(step))
         elif kind == "create_topic":
             self._later("create-topic", self._create_topic(step))
+        elif kind == "delete_topic":
+            self._later("delete-topic", self._delete_topic(step))
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
 
@@ -1159,6 +1191,22 @@ class ChaosRunner:
         self.partitions |= {TopicPartition(name, p) for p in range(count)}
         self.result.grown_to = len(self.partitions)
         self._applied(step, f"{name} ({count} partitions)")
+        self._changed.set()
+
+    async def _delete_topic(self, step: Step) -> None:
+        """The second topic goes again (``{topic}-{index}``), once its creation is done:
+        from then on the group must own none of its partitions."""
+        name = f"{self.topic}-{step.arg('index')}"
+        created = await self.wait_for(
+            lambda: None if any(tp.topic == name for tp in self.partitions) else "not created",
+            timeout=60.0,
+        )
+        if created is not None:
+            raise RuntimeError(f"delete_topic: {name} was never created")
+        await self.target.delete_topic(name)
+        self.partitions = frozenset(tp for tp in self.partitions if tp.topic != name)
+        self.result.grown_to = len(self.partitions)
+        self._applied(step, f"{name} deleted")
         self._changed.set()
 
     def _mock(self) -> MockCluster:

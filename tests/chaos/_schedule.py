@@ -42,6 +42,10 @@ Fault kinds (``Step.kind``: brokers; ``Step.args``):
   topic with ``-INDEX`` appended, which the members' pattern then matches; the group must
   end up owning its partitions too. Drawn like ``add_partitions``, from a generator of its
   own.
+- ``delete_topic`` (kafka, half the schedules with a ``create_topic`` step; ``index``):
+  DeleteTopics removes that second topic again, at least 2 s after it was created; the
+  group must end up owning the rest and nothing of it. Drawn from a generator of its own,
+  never while the broker restarts.
 
 Proxy faults never overlap (each ends with a heal), nor do broker restarts or downs.
 Members named in steps are slots ``m1`` .. ``mN``; a ``rejoin`` starts a new process (a new
@@ -96,6 +100,7 @@ from ._protocols import (
 __all__ = [
     "ASSIGNORS",
     "BROKERS",
+    "DELETE_TOPIC_PROBABILITY",
     "FAULT_KINDS",
     "JAVA_ASSIGNORS",
     "JAVA_FAULTS",
@@ -171,6 +176,7 @@ FAULT_KINDS = (
     "roll",
     "add_partitions",
     "create_topic",
+    "delete_topic",
 )
 
 #: How likely each fault is, per broker (weights; a fault whose preconditions do not hold
@@ -682,6 +688,7 @@ def make_schedule(
         _add_topic_changes(random.Random(f"topics/{seed}"), line, main, n_partitions)
         if pattern and not (java_members or confluent_members):
             _add_new_topic(random.Random(f"new-topic/{seed}"), line, main)
+            _delete_new_topic(random.Random(f"delete-topic/{seed}"), line, main)
     return Schedule(
         seed=seed,
         broker=broker,
@@ -723,17 +730,39 @@ def _add_new_topic(rng: random.Random, line: _Timeline, window: float) -> None:
     line.steps.sort(key=lambda step: step.at)
 
 
-def _free_time(rng: random.Random, line: _Timeline, window: float) -> float | None:
-    """A time in ``[0.5, window - 1)`` while no broker restarts (from a second before it
-    to :data:`RESTART_BUSY` after), drawn again when it falls in one; None after 20 draws
-    (restarts back to back leave no such time)."""
+#: How likely a schedule that creates a second topic deletes it again (``delete_topic``).
+DELETE_TOPIC_PROBABILITY = 0.5
+
+
+def _delete_new_topic(rng: random.Random, line: _Timeline, window: float) -> None:
+    """With :data:`DELETE_TOPIC_PROBABILITY`, a ``delete_topic`` step for the topic a
+    ``create_topic`` step created, at :func:`_free_time` 2 s after it or later; then the
+    steps in time order."""
+    created = [st for st in line.steps if st.kind == "create_topic"]
+    if not created or rng.random() >= DELETE_TOPIC_PROBABILITY:
+        return
+    earliest = created[0].at + 2.0
+    if earliest >= window - 1.0:
+        return
+    t = _free_time(rng, line, window, earliest)
+    if t is not None:
+        line.steps.append(Step.make(t, "delete_topic", index=created[0].arg("index")))
+    line.steps.sort(key=lambda step: step.at)
+
+
+def _free_time(
+    rng: random.Random, line: _Timeline, window: float, earliest: float = 0.5
+) -> float | None:
+    """A time in ``[earliest, window - 1)`` while no broker restarts (from a second before
+    it to :data:`RESTART_BUSY` after), drawn again when it falls in one; None after 20
+    draws (restarts back to back leave no such time)."""
     busy = [
         (s.at - 1.0, s.at + RESTART_BUSY["hard" if s.arg("hard") else "soft"])
         for s in line.steps
         if s.kind == "broker_restart"
     ]
     for _attempt in range(20):
-        t = round(rng.uniform(0.5, window - 1.0), 3)
+        t = round(rng.uniform(earliest, window - 1.0), 3)
         if not any(begin <= t < end for begin, end in busy):
             return t
     return None
@@ -1051,8 +1080,9 @@ DEFAULT_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = 
     ),
     (
         "kafka",
-        "kgroup members subscribed with a pattern, classic protocol",
-        lambda s: s.pattern and s.protocol == "classic" and _has("crash")(s),
+        "kgroup members subscribed with a pattern, classic protocol, a second topic the "
+        "pattern matches created and deleted under faults",
+        lambda s: s.pattern and s.protocol == "classic" and _has("crash", "delete_topic")(s),
     ),
     (
         "kafka",

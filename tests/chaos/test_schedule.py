@@ -29,6 +29,7 @@ from ._schedule import (
     ASSIGNORS,
     BROKERS,
     DEFAULT_REQUIREMENTS,
+    DELETE_TOPIC_PROBABILITY,
     FAULT_KINDS,
     JAVA_ASSIGNORS,
     JAVA_FAULTS,
@@ -55,7 +56,8 @@ SEEDS = range(1, 301)
 def without_topic_changes(s: Schedule) -> Schedule:
     """``s`` as drawn without ``topic_changes`` (its add_partitions steps dropped) and
     without ``pattern``."""
-    steps = tuple(st for st in s.steps if st.kind not in ("add_partitions", "create_topic"))
+    topics = ("add_partitions", "create_topic", "delete_topic")
+    steps = tuple(st for st in s.steps if st.kind not in topics)
     return dataclasses.replace(s, steps=steps, topic_changes=False, pattern=False)
 
 
@@ -145,7 +147,7 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
             assert not s.static, "tansu stalls static groups (schedule_for)"
         allowed = set(WEIGHTS[broker]) | ({"roll"} if s.protocol in MIGRATIONS else set())
         allowed |= {"add_partitions"} if s.topic_changes else set()
-        allowed |= {"create_topic"} if s.topic_changes and s.pattern else set()
+        allowed |= {"create_topic", "delete_topic"} if s.topic_changes and s.pattern else set()
         assert s.kinds() <= allowed, "a fault of another broker or protocol"
         assert list(s.steps) == sorted(s.steps, key=lambda st: st.at)
         # every fault starts and ends inside the window
@@ -163,7 +165,7 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
         bound, terms = stable_bound(s)
         assert bound == pytest.approx(sum(v for _, v in terms))
         assert bound > s.timeouts.session + s.timeouts.max_poll_ms / 1000
-    kafka_only = {"roll", "add_partitions", "create_topic"}
+    kafka_only = {"roll", "add_partitions", "create_topic", "delete_topic"}
     every = set(WEIGHTS[broker]) | (kafka_only if broker == "kafka" else set())
     assert seen == every, f"kinds never drawn: {every - seen}"
 
@@ -552,6 +554,26 @@ def test_patterns_are_drawn_apart_and_change_no_fault() -> None:
         assert not any(schedule_for(broker, seed).pattern for seed in SEEDS)
     chosen = [schedule_for(b, n) for b, n in default_cases()]
     assert {s.protocol for s in chosen if s.pattern} >= {"classic", "consumer"}
+
+
+def test_half_the_new_topics_are_deleted_again_after_they_were_created() -> None:
+    """A ``delete_topic`` step (its own generator) follows about half the ``create_topic``
+    steps, for the same topic, 2 s or more after it, inside the window, never while the
+    broker restarts; the other steps are those of the same seed without it."""
+    kafka = [schedule_for("kafka", seed) for seed in range(1, 2000)]
+    created = [s for s in kafka if "create_topic" in s.kinds()]
+    deleted = [s for s in created if "delete_topic" in s.kinds()]
+    assert 0.3 < len(deleted) / len(created) < 0.7, DELETE_TOPIC_PROBABILITY
+    assert all("create_topic" in s.kinds() for s in kafka if "delete_topic" in s.kinds())
+    for s in deleted:
+        (made,) = [st for st in s.steps if st.kind == "create_topic"]
+        (gone,) = [st for st in s.steps if st.kind == "delete_topic"]
+        assert gone.arg("index") == made.arg("index")
+        assert made.at + 2.0 <= gone.at < s.fault_window - 1.0
+        for r in (st for st in s.steps if st.kind == "broker_restart"):
+            busy = RESTART_BUSY["hard" if r.arg("hard") else "soft"]
+            assert not r.at - 1.0 <= gone.at < r.at + busy
+    assert ("kafka", 47) in default_cases(), "a default case deletes the pattern's new topic"
 
 
 def test_a_new_topic_for_the_pattern_comes_with_topic_changes_and_kgroup_members_only() -> None:
