@@ -597,3 +597,37 @@ def test_only_a_classic_hold_across_an_unowned_conversion_is_excused(
             assert any("invariant 1" in f for f in failures(runner))
     finally:
         runner._timeline.close()
+
+
+def test_a_deleted_topics_partitions_may_be_neither_assigned_nor_held(tmp_path: Path) -> None:
+    """After ``delete_topic`` the runner drops the topic's partitions; a member still
+    assigned one, or still holding one, keeps the group from counting as stable, on either
+    protocol."""
+    a, gone = "t", "t-2"
+    left = [TopicPartition(a, p) for p in range(2)]
+    member = _Settled("m1", [(a, 0), (a, 1), (gone, 0)])
+    owners = {TopicPartition(t, p): ["m1"] for t, p in member.assignment}
+    assert "still assigned, of a deleted topic: ['t-2-0']" in str(
+        why_not_stable_consumer([member], left, owners, {})
+    )
+    member = _Settled("m1", [(a, 0), (a, 1)])
+    assert "still held, of a deleted topic: ['t-2-0']" in str(
+        why_not_stable_consumer([member], left, owners, {})
+    )
+    assert why_not_stable_consumer([member], left, {tp: ["m1"] for tp in left}, {}) is None
+    members = (MemberSpec("m1", via_proxy=True),)
+    runner = make_runner(tmp_path, 2, members=members)
+    try:
+        kg = add(runner, "m1")
+        runner.feed(kg, line("ready", 0.0, lease=True))
+        runner.feed(kg, line("assigned", 1.0, 0, 1, generation=3))
+        runner.ownership.assigned("m1", [TopicPartition(gone, 0)], 3, 1.0)
+        status = {"state": "STABLE", "generation": 3, "leader": True}
+        runner.feed(kg, line("status", 1.1, assignment=[*parts(0, 1), [gone, 0]], **status))
+        assert "still assigned, of a deleted topic" in str(runner.why_not_stable())
+        runner.feed(kg, line("status", 1.2, assignment=parts(0, 1), **status))
+        assert "still held, of a deleted topic: ['t-2-0']" in str(runner.why_not_stable())
+        runner.ownership.revoked("m1", [TopicPartition(gone, 0)], 1.3)
+        assert runner.why_not_stable() is None
+    finally:
+        runner._timeline.close()
