@@ -209,37 +209,37 @@ class Target:
             await asyncio.sleep(0.25)  # then try again, until the deadline
 
     async def grow_topic(self, name: str, total: int, timeout: float = 60.0) -> None:
-        """CreatePartitions: ``name`` gets ``total`` partitions (Kafka, directly, not through
-        the proxy). Retried until ``timeout`` while the broker does not answer; an attempt
-        refused because an earlier one already took effect counts as done."""
-        from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
+        """CreatePartitions: ``name`` gets ``total`` partitions (:meth:`_admin`); an attempt
+        refused because an earlier one already took effect counts as done, any other
+        refusal ends it."""
+        from aiokafka.admin import NewPartitions
         from aiokafka.errors import InvalidPartitionsError
 
-        deadline = time.monotonic() + timeout
-        while True:
-            admin = AIOKafkaAdminClient(
-                bootstrap_servers=self.direct_bootstrap, request_timeout_ms=10_000
-            )
+        async def grow(admin: Any) -> None:
             try:
-                await admin.start()
                 await admin.create_partitions({name: NewPartitions(total_count=total)})
-                return
-            except InvalidPartitionsError:
-                if await _partition_count(admin, name) >= total:
-                    return
-                raise
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-            finally:
-                await admin.close()
-            await asyncio.sleep(0.25)  # then try again, until the deadline
+            except InvalidPartitionsError as exc:
+                if await _partition_count(admin, name) < total:
+                    raise _Refused from exc
+
+        await self._admin(grow, timeout)
 
     async def delete_topic(self, name: str, timeout: float = 60.0) -> None:
-        """DeleteTopics (Kafka, directly). Retried until ``timeout`` while the broker does
-        not answer; a topic already gone (an earlier attempt took effect) counts as done."""
-        from aiokafka.admin import AIOKafkaAdminClient
+        """DeleteTopics (:meth:`_admin`); a topic already gone (an earlier attempt took
+        effect) counts as done."""
         from aiokafka.errors import UnknownTopicOrPartitionError
+
+        async def delete(admin: Any) -> None:
+            with contextlib.suppress(UnknownTopicOrPartitionError):
+                await admin.delete_topics([name])
+
+        await self._admin(delete, timeout)
+
+    async def _admin(self, action: Callable[[Any], Awaitable[None]], timeout: float) -> None:
+        """``action(admin)`` with an admin client of the broker (Kafka, directly, not
+        through the proxy), again every 0.25 s until ``timeout`` while it fails (the broker
+        may be restarting); at once if it raises :class:`_Refused` (its cause is raised)."""
+        from aiokafka.admin import AIOKafkaAdminClient
 
         deadline = time.monotonic() + timeout
         while True:
@@ -248,16 +248,21 @@ class Target:
             )
             try:
                 await admin.start()
-                await admin.delete_topics([name])
+                await action(admin)
                 return
-            except UnknownTopicOrPartitionError:
-                return
+            except _Refused as refused:
+                assert refused.__cause__ is not None
+                raise refused.__cause__ from None
             except Exception:
                 if time.monotonic() > deadline:
                     raise
             finally:
                 await admin.close()
             await asyncio.sleep(0.25)  # then try again, until the deadline
+
+
+class _Refused(Exception):
+    """Raised by an :meth:`Target._admin` action, from the refusal that ends it at once."""
 
 
 async def _partition_count(admin: Any, topic: str) -> int:
@@ -1365,46 +1370,35 @@ class ChaosRunner:
         # a member's is the known zombie window: noted, not failed, until the lease lands.
         overlaps = self.ownership.overlaps()
         no_lease = {mp.name for mp in self.procs if mp.lease_supported is False}
-        zombies = [
-            (a, b) for a, b in overlaps if min(a, b, key=lambda h: h.start).member in no_lease
-        ]
-        if zombies:
-            self.result.notes.append(
-                f"{len(zombies)} overlap(s) after a member without the lease in its core was cut "
-                "off (tolerated: member.lease_expired does not fire yet): "
-                + "; ".join(f"{self._hold(a)} / {self._hold(b)}" for a, b in zombies[:3])
-            )
-            overlaps = [pair for pair in overlaps if pair not in zombies]
-        unowned = [pair for pair in overlaps if self._unowned_conversion_overlap(*pair)]
-        if unowned:
-            self.result.notes.append(
-                f"{len(unowned)} overlap(s) of a classic member's hold with a consumer-protocol "
-                "member's after Kafka converted the group while its assignments were reset "
-                "(tolerated: Kafka 4.4.0 then counts the classic members as owning nothing; "
-                "limitations.md): "
-                + "; ".join(f"{self._hold(a)} / {self._hold(b)}" for a, b in unowned[:3])
-            )
-            overlaps = [pair for pair in overlaps if pair not in unowned]
-        expired = [pair for pair in overlaps if self._java_restart_overlap(*pair)]
-        if expired:
-            self.result.java_restart_overlaps += len(expired)
-            self.result.notes.append(
-                f"{len(expired)} overlap(s) of a Java member's hold across a Kafka restart that "
-                "expired it (tolerated: the Java client has no lease; it held on until it "
-                "reached the coordinator again and lost them, within a session of the broker's "
-                "return): "
-                + "; ".join(f"{self._hold(a)} / {self._hold(b)}" for a, b in expired[:3])
-            )
-            overlaps = [pair for pair in overlaps if pair not in expired]
-        lost_state = [pair for pair in overlaps if self._state_loss_overlap(*pair)]
-        if lost_state:
-            self.result.notes.append(
-                f"{len(lost_state)} overlap(s) across a tansu restart, which forgot the group: "
-                "the stale hold ended by its lease within a session timeout of the broker's "
-                "return (tolerated: no client can see a coordinator lose its state): "
-                + "; ".join(f"{self._hold(a)} / {self._hold(b)}" for a, b in lost_state[:3])
-            )
-            overlaps = [pair for pair in overlaps if pair not in lost_state]
+        overlaps = self._tolerate(
+            overlaps,
+            lambda a, b: min(a, b, key=lambda h: h.start).member in no_lease,
+            "after a member without the lease in its core was cut off (tolerated: "
+            "member.lease_expired does not fire yet)",
+        )
+        overlaps = self._tolerate(
+            overlaps,
+            self._unowned_conversion_overlap,
+            "of a classic member's hold with a consumer-protocol member's after Kafka "
+            "converted the group while its assignments were reset (tolerated: Kafka 4.4.0 "
+            "then counts the classic members as owning nothing; limitations.md)",
+        )
+        before = len(overlaps)
+        overlaps = self._tolerate(
+            overlaps,
+            self._java_restart_overlap,
+            "of a Java member's hold across a Kafka restart that expired it (tolerated: the "
+            "Java client has no lease; it held on until it reached the coordinator again and "
+            "lost them, within a session of the broker's return)",
+        )
+        self.result.java_restart_overlaps += before - len(overlaps)
+        overlaps = self._tolerate(
+            overlaps,
+            self._state_loss_overlap,
+            "across a tansu restart, which forgot the group: the stale hold ended by its lease "
+            "within a session timeout of the broker's return (tolerated: no client can see a "
+            "coordinator lose its state)",
+        )
         if overlaps:
             clients = {mp.name: mp.client for mp in self.procs}
             if any(mp.foreign for mp in self.procs):
@@ -1492,6 +1486,20 @@ class ChaosRunner:
             earlier.start < begin <= later.start and end <= back + session + 1.0
             for begin, back in self._state_losses
         )
+
+    def _tolerate(
+        self,
+        overlaps: list[tuple[Hold, Hold]],
+        excused: Callable[[Hold, Hold], bool],
+        what: str,
+    ) -> list[tuple[Hold, Hold]]:
+        """``overlaps`` without those ``excused`` explains, which are noted (``what``: why
+        they are tolerated) rather than failed."""
+        found = [pair for pair in overlaps if excused(*pair)]
+        if found:
+            shown = "; ".join(f"{self._hold(a)} / {self._hold(b)}" for a, b in found[:3])
+            self.result.notes.append(f"{len(found)} overlap(s) {what}: {shown}")
+        return [pair for pair in overlaps if pair not in found]
 
     def _unowned_conversion_overlap(self, a: Hold, b: Hold) -> bool:
         """Whether an overlap is Kafka's conversion of a classic group whose assignments a
