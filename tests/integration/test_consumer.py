@@ -328,24 +328,29 @@ async def test_rolling_restart_processes_every_record_exactly_once(
 async def test_cooperative_consumer_keeps_delivering_through_a_rebalance(
     kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, assignor: str
 ) -> None:
-    """A rebalance is held open for seconds (a third member stops polling, so it rejoins
-    late). Under cooperative-sticky the consumer goes on delivering the partitions it
-    keeps meanwhile, without waiting for the rebalance (each getmany returns buffered
-    records at once though its timeout is 2 s); under range it delivers nothing until the
-    rebalance completes."""
+    """A rebalance is held open (a third member stops polling, so it rejoins late). Under
+    cooperative-sticky the consumer goes on delivering the partitions it keeps meanwhile,
+    without waiting for the rebalance: 20 batches come while it is open, each getmany
+    returning buffered records at once though its timeout is 2 s (a getmany that waited
+    for the rebalance would take 40 s for them); under range it delivers nothing while
+    two getmany calls run out their 2 s."""
     partitions = 6
     topic = make_topic(partitions)
     await produce(kafka_broker.bootstrap, topic, 2_000, partitions)
     cfg = config(kafka_broker.bootstrap, unique_group, topic, assignors=(assignor,))
     consumer = GroupConsumer(cfg, auto_offset_reset="earliest")
     during: list[int] = []  # records handed out while a rebalance was pending
+    calls_during = 0  # getmany calls that returned while it was pending
     stop = asyncio.Event()
 
     async def consume() -> None:
+        nonlocal calls_during
         while not stop.is_set():
             batch = await consumer.getmany(timeout=2.0, max_records=5)
-            if consumer.member.rebalance_pending and batch:
-                during.append(sum(len(r) for r in batch.values()))
+            if consumer.member.rebalance_pending:
+                calls_during += 1
+                if batch:
+                    during.append(sum(len(r) for r in batch.values()))
             await asyncio.sleep(0.01)
 
     async with MemberGroup(check_ownership=False) as group, consumer:
@@ -360,7 +365,13 @@ async def test_cooperative_consumer_keeps_delivering_through_a_rebalance(
             await slow.pause()  # heartbeats go on; its JoinGroup waits for its poll()
             newcomer = await group.start(cfg, name="newcomer")
             await until(lambda: consumer.member.rebalance_pending, timeout=30, what="rebalance")
-            await asyncio.sleep(3)  # the rebalance stays open while "slow" does not poll
+            # The rebalance stays open while "slow" does not poll (its max poll is 20 s).
+            start = calls_during
+            if assignor == "cooperative-sticky":
+                await until(lambda: len(during) >= 20, timeout=20, what="20 batches meanwhile")
+            else:
+                await until(lambda: calls_during >= start + 2, timeout=20, what="two getmany")
+            assert consumer.member.rebalance_pending, "the rebalance closed under the test"
             slow.resume()
             await until(
                 lambda: newcomer.stable and slow.stable and len(consumer.assignment) == 2,
@@ -371,7 +382,6 @@ async def test_cooperative_consumer_keeps_delivering_through_a_rebalance(
             stop.set()
             await task
     if assignor == "cooperative-sticky":
-        # ~3 s open at one batch per ~10 ms; a getmany that waited in poll() would manage 2.
         assert len(during) >= 20, during
     else:
         assert sum(during) == 0, during
