@@ -1376,9 +1376,10 @@ class ChaosRunner:
             "after a member without the lease in its core was cut off (tolerated: "
             "member.lease_expired does not fire yet)",
         )
+        unowned_at = self._unowned_conversions() if overlaps else []  # the log, read once
         overlaps = self._tolerate(
             overlaps,
-            self._unowned_conversion_overlap,
+            lambda a, b: self._unowned_conversion_overlap(a, b, unowned_at),
             "of a classic member's hold with a consumer-protocol member's after Kafka "
             "converted the group while its assignments were reset (tolerated: Kafka 4.4.0 "
             "then counts the classic members as owning nothing; limitations.md)",
@@ -1501,12 +1502,13 @@ class ChaosRunner:
             self.result.notes.append(f"{len(found)} overlap(s) {what}: {shown}")
         return [pair for pair in overlaps if pair not in found]
 
-    def _unowned_conversion_overlap(self, a: Hold, b: Hold) -> bool:
+    def _unowned_conversion_overlap(self, a: Hold, b: Hold, unowned_at: list[float]) -> bool:
         """Whether an overlap is Kafka's conversion of a classic group whose assignments a
         rebalance had just reset (:func:`._kip848.unowned_conversions`): the one case
         where a consumer-protocol member is given what a classic member still holds, and
         no client can see it. Tolerated exactly then: the earlier hold is a classic
-        process's and began before such a conversion, the later one a consumer-protocol
+        process's and began before such a conversion (``unowned_at``: their times, from
+        :meth:`_unowned_conversions`), the later one a consumer-protocol
         process's that began after it, and the earlier one ended no later than a session
         timeout (plus 1 s of process slack) after it: the classic member rejoins at its
         next heartbeat and gives the partition up. The broker's log clock is mapped onto
@@ -1522,7 +1524,7 @@ class ChaosRunner:
             earlier.start < at + 0.5
             and later.start > at - 0.5
             and earlier.end <= at + session + 1.0
-            for at in self._unowned_conversions()
+            for at in unowned_at
         )
 
     def _unowned_conversions(self) -> list[float]:
