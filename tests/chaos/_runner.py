@@ -1235,11 +1235,12 @@ class ChaosRunner:
         id it had not persisted: a static member that replaced its slot's previous process
         while the group rebalanced is recorded only when the generation completes; a Kafka
         restart before that loads the previous member id again, whose instance id then
-        fences the live process (Kafka seed 72). Only on a classic process, and only when
-        raised within a session timeout (+1 s) of a Kafka restart's return. The
+        fences the live process (Kafka seed 72). Only in a classic schedule (a migration's
+        restart would move the slot on to its next protocol, off the schedule's plan), and
+        only when raised within a session timeout (+1 s) of a Kafka restart's return. The
         simulation expects it on the same terms (seed 1379); as there, the application
         restarts the member (:meth:`_restart_fenced`)."""
-        if rec.get("type") != "FencedInstanceId" or mp.protocol == "consumer":
+        if rec.get("type") != "FencedInstanceId" or self.schedule.protocol != "classic":
             return False
         if not mp.spec.instance_id:
             return False

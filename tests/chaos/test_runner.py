@@ -640,9 +640,10 @@ async def test_a_static_member_fenced_after_a_kafka_restart_is_restarted_by_the_
     """Kafka seed 72: a static member that replaced its slot's previous process while the
     group rebalanced is persisted only when the generation completes; a Kafka restart
     before that brings the previous member id back, and its instance id fences the live
-    process. Within a session (+1 s) of a restart's return, a classic static member's
-    FencedInstanceId is tolerated and the application restarts the slot, as in the
-    simulation; at any other time, or for a dynamic member, it stays invariant 3."""
+    process. Within a session (+1 s) of a restart's return, a static member's
+    FencedInstanceId in a classic schedule is tolerated and the application restarts the
+    slot, as in the simulation; at any other time, or in a migration, it stays invariant
+    3."""
     members = (MemberSpec("m1", instance_id="m1"), MemberSpec("m2", instance_id="m2"))
     runner = make_runner(tmp_path, 2, members=members)
     started: list[str] = []
@@ -672,3 +673,13 @@ async def test_a_static_member_fenced_after_a_kafka_restart_is_restarted_by_the_
         assert "excused" not in late.errors[0]
     finally:
         runner._timeline.close()
+    # In a migration a restart would move the slot on to its next protocol: not excused.
+    (tmp_path / "migration").mkdir()
+    migration = make_runner(tmp_path / "migration", 2, members=members, protocol="migration")
+    try:
+        mp = add(migration, "m2", name="m2.2")
+        migration._kafka_restarts.append((10.0, 13.0))
+        migration.feed(mp, line("error", 14.0, **error))
+        assert "excused" not in mp.errors[0] and not migration._background
+    finally:
+        migration._timeline.close()
