@@ -276,17 +276,21 @@ def unowned_conversions(broker_log: Path, group: str) -> list[float]:
     return found
 
 
-def conversions(broker_log: Path, group: str) -> list[str]:
-    """The broker's conversions of ``group``, in order: ``"classic->consumer"`` and
-    ``"consumer->classic"`` (its log's "Converted the [empty] ... group to a ... group"
-    lines)."""
+def conversions(broker_log: Path, group: str, start: int = 0) -> tuple[list[str], int]:
+    """The broker's conversions of ``group`` in its log from byte ``start`` on, in order
+    (``"classic->consumer"`` and ``"consumer->classic"``: the "Converted the [empty] ...
+    group to a ... group" lines), and the byte to read on from next time (the end of the
+    last whole line: Kafka appends to one log across restarts)."""
     try:
-        text = broker_log.read_bytes().decode("utf-8", "replace")
+        with broker_log.open("rb") as log:
+            log.seek(start)
+            data = log.read()
     except OSError:
-        return []
+        return [], start
+    whole = data[: data.rfind(b"\n") + 1]
     found = []
-    for line in text.splitlines():
+    for line in whole.decode("utf-8", "replace").splitlines():
         match = _CONVERTED.search(line)
         if match and f"[GroupId {group}]" in line:
             found.append(f"{match[1]}->{match[2]}")
-    return found
+    return found, start + len(whole)

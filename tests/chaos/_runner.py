@@ -466,6 +466,8 @@ class ChaosRunner:
         self._readers: list[asyncio.Task[None]] = []
         self._background: list[asyncio.Task[None]] = []
         self._closing = False  # _close_all began: no process is started any more
+        self._converted: list[str] = []  # the broker's conversions of the group, so far
+        self._log_read = 0  # ... read from its log up to this byte
         self._broker_epoch = 0
         self._restart_lock = asyncio.Lock()  # one broker restart at a time
         self._state_losses: list[tuple[float, float]] = []  # tansu restarts: (begin, back)
@@ -833,11 +835,14 @@ class ChaosRunner:
 
     def _conversions(self) -> list[str]:
         """The broker's conversions of the group so far, from its log (:func:`conversions`;
-        Kafka only; read when a migration's classic members name no leader)."""
+        Kafka only; read when a migration's classic members name no leader, so on every
+        member line then: only what the broker wrote since the last read is read)."""
         broker = self.target.broker
         if not isinstance(broker, KafkaBroker):
             return []
-        return conversions(broker.log_path, self.group)
+        found, self._log_read = conversions(broker.log_path, self.group, self._log_read)
+        self._converted += found
+        return list(self._converted)
 
     def why_not_stable(self) -> str | None:
         """None when the group is stable: every live member STABLE in one generation,
@@ -1034,7 +1039,7 @@ class ChaosRunner:
                 self.result.notes.append(f"{text}. Not counted against kgroup: {stall}")
                 self.note(f"BROKER STALL: {stall}")
         if s.protocol == "migration-back" and isinstance(self.target.broker, KafkaBroker):
-            converted = conversions(self.target.broker.log_path, self.group)
+            converted = self._conversions()
             self.result.notes.append(f"the broker converted the group: {', '.join(converted)}")
             if why is None and converted[-1:] != ["consumer->classic"]:
                 self.fail("invariant 2: stable, but the broker's log ends with no conversion back")

@@ -489,9 +489,18 @@ def test_the_conversions_come_from_the_broker_log_of_this_group_in_order(tmp_pat
         f"{prefix} id=1] [GroupId g1] Converted the consumer group to a classic group.\n"
         f"{prefix} id=1] [GroupId g1] Converted the empty classic group to a consumer group.\n"
     )
-    assert conversions(log, "g1") == ["classic->consumer", "consumer->classic", "classic->consumer"]
-    assert conversions(log, "g") == []
-    assert conversions(tmp_path / "missing.log", "g1") == []
+    found, end = conversions(log, "g1")
+    assert found == ["classic->consumer", "consumer->classic", "classic->consumer"]
+    assert end == log.stat().st_size
+    assert conversions(log, "g") == ([], end)
+    assert conversions(tmp_path / "missing.log", "g1") == ([], 0)
+    # Read on from where the last read ended; a line not ended yet waits for the next read.
+    with log.open("a") as out:
+        out.write(f"{prefix} id=1] [GroupId g1] Converted the consumer group to a classic")
+    assert conversions(log, "g1", end) == ([], end)
+    with log.open("a") as out:
+        out.write(" group.\n")
+    assert conversions(log, "g1", end) == (["consumer->classic"], log.stat().st_size)
 
 
 def _java_available() -> bool:
