@@ -153,19 +153,20 @@ class Shared:
             self.seam.to_coordinator(self.link.drop)
 
     def wake_hb(self) -> None:
-        seam = self.seam
-        if seam is None:
-            self.hb_wake.set()
-        else:
-            seam.wake_coordinator(self.hb_wake)
+        self._wake_coordinator(self.hb_wake)
 
     def wake_metadata(self) -> None:
         """Wake the metadata watch (a refresh now, not after ``metadata_max_age_ms``)."""
+        self._wake_coordinator(self.metadata_wake)
+
+    def _wake_coordinator(self, event: asyncio.Event) -> None:
+        """Set ``event``, which a task of the coordinator loop waits on (from whichever
+        thread runs this, in isolated mode)."""
         seam = self.seam
         if seam is None:
-            self.metadata_wake.set()
+            event.set()
         else:
-            seam.wake_coordinator(self.metadata_wake)
+            seam.wake_coordinator(event)
 
     def wake_poll(self) -> None:
         seam = self.seam
