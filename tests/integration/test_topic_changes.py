@@ -12,6 +12,7 @@ held by two members at once.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -21,7 +22,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewPartitions
 
 from kgroup import GroupConfig, TopicPartition
 from kgroup.testing import KafkaBroker
-from kgroup.testing._members import MemberGroup
+from kgroup.testing._members import MemberGroup, MemberRunner
 from tests.integration.conftest import group_config
 from tests.integration.test_kip848 import consumer_config
 from tests.integration.test_subscription import every, holds
@@ -148,3 +149,62 @@ async def test_a_deleted_topic_is_given_up_and_the_rest_kept(
             what="a third member shares the kept topic",
         )
         assert not any(r.errors for r in runners)
+
+
+@pytest.mark.parametrize("partitions", [2, 3], ids=["same-count", "more-partitions"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_topic_deleted_and_created_again_under_its_name_is_taken_anew(
+    kafka_broker: KafkaBroker,
+    make_topic: Callable[..., str],
+    unique_group: str,
+    protocol: str,
+    partitions: int,
+) -> None:
+    """Two members own a topic's 2 partitions; an operator deletes it and creates it again
+    under the same name (a new topic id), with as many partitions or more. The group ends
+    up owning the new topic's partitions, each once, with no error from ``poll()``.
+
+    On the consumer protocol the broker's targets name topics by id: every member that
+    held any partition gives up the old topic's (revoked or lost) after the deletion and
+    takes the new one's, and never has a partition assigned while it still holds that
+    name. On the classic protocol a recreation with as many partitions may pass unseen,
+    as in the Java client (the leader compares partition counts; limitations.md); with
+    more partitions the leader sees the count change and the group takes them all."""
+    topic = make_topic(2)
+    cfg = config(kafka_broker, unique_group, [topic], protocol)
+    async with MemberGroup() as group:
+        runners = [await group.start(cfg) for _ in range(2)]
+        await group.wait_until(lambda: holds(runners, every(topic, 2)), timeout=60, what="2")
+        holders = [r for r in runners if r.assignment]
+        admin = await admin_of(kafka_broker)
+        deleted_at = time.monotonic()
+        try:
+            await admin.delete_topics([topic])
+        finally:
+            await admin.close()
+        await kafka_broker.create_topic_async(topic, partitions)
+        await group.wait_until(
+            lambda: (
+                holds(runners, every(topic, partitions))
+                and (protocol == "classic" or all(gave_up_since(r, deleted_at) for r in holders))
+            ),
+            timeout=60,
+            what=f"the recreated topic's {partitions}",
+        )
+        for r in runners:
+            held: set[TopicPartition] = set()
+            for e in r.events:
+                if e.callback in ("on_partitions_revoked", "on_partitions_lost"):
+                    held -= e.partitions
+                else:
+                    assert not held & e.partitions, (r.name, e)
+                    held |= e.partitions
+        assert not any(r.errors for r in runners)
+
+
+def gave_up_since(runner: MemberRunner, since: float) -> bool:
+    """Whether ``runner`` revoked or lost partitions after ``since``."""
+    return any(
+        e.at >= since and e.partitions and e.callback != "on_partitions_assigned"
+        for e in runner.events
+    )
