@@ -60,13 +60,11 @@ import traceback
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kgroup import TopicPartition
-from kgroup.testing import FaultProxy, KafkaBroker, MockCluster, OwnershipLog, TansuBroker
-from kgroup.testing._invariants import Hold
+from kgroup.testing import KafkaBroker, OwnershipLog
 from kgroup.testing._java import java_member_command
 from kgroup.testing._ports import kill_with_parent_prefix, register_child, unregister_child
 
@@ -80,9 +78,13 @@ from ._kip848 import (
     why_not_classic_group,
     why_not_stable_consumer,
 )
-from ._schedule import API_KEYS, MemberSpec, Schedule, Step, assignors_for, protocol_for
+from ._procs import MemberProc, RunResult, spawn_process
+from ._schedule import MemberSpec, Schedule, assignors_for, protocol_for
+from ._steps import StepDriver
+from ._target import Target
+from ._verdict import final_checks
 
-__all__ = ["ChaosRunner", "RunResult", "Target", "stable_bound"]
+__all__ = ["ChaosRunner", "MemberProc", "RunResult", "Target", "stable_bound"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MEMBER_SCRIPT = Path(__file__).with_name("_member_proc.py")
@@ -96,22 +98,6 @@ TOPIC_CHANGE_METADATA_MS = 1000
 REGEX_REFRESH_S = 10.0
 #: Seconds for the first stable group (every member starting and joining, one by one).
 INITIAL_STABLE_BOUND = {"kafka": 60.0, "tansu": 90.0, "mock": 90.0}
-#: Errors a broker's quirk makes ``poll()`` raise, tolerated (counted, not failures):
-#: ``broker -> ((exception type, message prefix, why), ...)``.
-BROKER_QUIRK_ERRORS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "mock": (
-        (
-            "UnexpectedBrokerError",
-            "SyncGroup failed with INVALID_REQUEST (42)",
-            "librdkafka's mock completes a sync as soon as the leader's SyncGroup carries "
-            "every assignment and goes UP; a follower's SyncGroup arriving after that gets "
-            "INVALID_REQUEST (Kafka answers it with the member's assignment). kgroup raises "
-            "it from poll() as the Java client does (an unexpected SyncGroup error), then "
-            "rejoins.",
-        ),
-    ),
-}
-
 #: Slack for processes on a loaded 2-core machine: a new member's interpreter start, a
 #: SIGCONT'd process catching up, the 0.5 s status lag.
 PROCESS_SLACK = 4.0
@@ -166,274 +152,6 @@ def stable_bound(schedule: Schedule) -> tuple[float, list[tuple[str, float]]]:
     return sum(v for _, v in terms), terms
 
 
-# -- the broker under test ------------------------------------------------------------------
-
-
-@dataclass
-class Target:
-    """The broker a schedule runs against: Kafka (with its fault proxy), tansu or the mock."""
-
-    kind: str
-    broker: KafkaBroker | TansuBroker | MockCluster
-    proxy: FaultProxy | None = None
-
-    @property
-    def direct_bootstrap(self) -> str:
-        return self.broker.bootstrap
-
-    @property
-    def proxied_bootstrap(self) -> str:
-        if self.proxy is None:
-            raise RuntimeError(f"{self.kind}: no fault proxy")
-        return self.proxy.address
-
-    def bootstrap_for(self, spec: MemberSpec) -> str:
-        return self.proxied_bootstrap if spec.via_proxy else self.direct_bootstrap
-
-    async def create_topic(self, name: str, partitions: int, timeout: float = 60.0) -> None:
-        """CreateTopics (an existing topic counts as done). On a real broker, retried until
-        ``timeout`` while it does not answer: a schedule's step can come just after a
-        broker restart that is slower than planned."""
-        broker = self.broker
-        if isinstance(broker, MockCluster):
-            broker.create_topic(name, partitions, 1)
-            return
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                await broker.create_topic_async(name, partitions, exist_ok=True, timeout=timeout)
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-            await asyncio.sleep(0.25)  # then try again, until the deadline
-
-    async def grow_topic(self, name: str, total: int, timeout: float = 60.0) -> None:
-        """CreatePartitions: ``name`` gets ``total`` partitions (:meth:`_admin`); an attempt
-        refused because an earlier one already took effect counts as done, any other
-        refusal ends it."""
-        from aiokafka.admin import NewPartitions
-        from aiokafka.errors import InvalidPartitionsError
-
-        async def grow(admin: Any) -> None:
-            try:
-                await admin.create_partitions({name: NewPartitions(total_count=total)})
-            except InvalidPartitionsError as exc:
-                if await _partition_count(admin, name) < total:
-                    raise _Refused from exc
-
-        await self._admin(grow, timeout)
-
-    async def delete_topic(self, name: str, timeout: float = 60.0) -> None:
-        """DeleteTopics (:meth:`_admin`); a topic already gone (an earlier attempt took
-        effect) counts as done."""
-        from aiokafka.errors import UnknownTopicOrPartitionError
-
-        async def delete(admin: Any) -> None:
-            with contextlib.suppress(UnknownTopicOrPartitionError):
-                await admin.delete_topics([name])
-
-        await self._admin(delete, timeout)
-
-    async def _admin(self, action: Callable[[Any], Awaitable[None]], timeout: float) -> None:
-        """``action(admin)`` with an admin client of the broker (Kafka, directly, not
-        through the proxy), again every 0.25 s until ``timeout`` while it fails (the broker
-        may be restarting); at once if it raises :class:`_Refused` (its cause is raised)."""
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        deadline = time.monotonic() + timeout
-        while True:
-            admin = AIOKafkaAdminClient(
-                bootstrap_servers=self.direct_bootstrap, request_timeout_ms=10_000
-            )
-            try:
-                await admin.start()
-                await action(admin)
-                return
-            except _Refused as refused:
-                assert refused.__cause__ is not None
-                raise refused.__cause__ from None
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-            finally:
-                await admin.close()
-            await asyncio.sleep(0.25)  # then try again, until the deadline
-
-
-class _Refused(Exception):
-    """Raised by an :meth:`Target._admin` action, from the refusal that ends it at once."""
-
-
-async def _partition_count(admin: Any, topic: str) -> int:
-    described = await admin.describe_topics([topic])
-    return len(described[0]["partitions"])
-
-
-# -- member processes -----------------------------------------------------------------------
-
-
-@dataclass
-class MemberProc:
-    """One member process (one incarnation of a slot) and what it reported."""
-
-    name: str
-    spec: MemberSpec
-    proc: asyncio.subprocess.Process
-    log_path: Path
-    events_path: Path
-    spawned_at: float
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    #: running / paused / terminating (SIGTERM sent) / killed (SIGKILL sent) / exited
-    state: str = "running"
-    status: dict[str, Any] | None = None
-    errors: list[dict[str, Any]] = field(default_factory=list)
-    closed: dict[str, Any] | None = None
-    exit: dict[str, Any] | None = None
-    gave_up: dict[str, Any] | None = None
-    returncode: int | None = None
-    ended_at: float | None = None
-    lease_supported: bool | None = None
-    lease_expirations: int = 0
-    held_at_exit: list[str] = field(default_factory=list)
-    terminated_before_ready: bool = False
-    #: every member id the process had, and its latest JoinGroup answer (core event)
-    member_ids: set[str] = field(default_factory=set)
-    last_joined: dict[str, Any] | None = None
-    #: Kafka's Java consumer (JavaMember.java), not kgroup
-    java: bool = False
-    #: confluent-kafka (_confluent_proc.py), not kgroup
-    confluent: bool = False
-    #: the process's group protocol (classic or consumer)
-    protocol: str = "classic"
-
-    @property
-    def foreign(self) -> bool:
-        """Another client than kgroup (Java or confluent): lines in JavaMember's vocabulary."""
-        return self.java or self.confluent
-
-    @property
-    def client(self) -> str:
-        return "Java" if self.java else "confluent" if self.confluent else "kgroup"
-
-    @property
-    def live(self) -> bool:
-        """Running (or paused) and not being closed or killed."""
-        return self.state in ("running", "paused") and not self.done.is_set()
-
-
-@dataclass
-class RunResult:
-    """What one schedule did, and every invariant it broke."""
-
-    schedule: Schedule
-    workdir: Path
-    replay: str
-    failures: list[str] = field(default_factory=list)
-    applied: Counter[str] = field(default_factory=Counter)
-    skipped: list[str] = field(default_factory=list)
-    rebalances: int = 0
-    processes: int = 0
-    java_processes: int = 0
-    confluent_processes: int = 0
-    #: overlaps of a Java member's hold across a Kafka restart that expired it (tolerated)
-    java_restart_overlaps: int = 0
-    initial_stable: float | None = None
-    time_to_stable: float | None = None
-    bound: float = 0.0
-    bound_terms: list[tuple[str, float]] = field(default_factory=list)
-    duration: float = 0.0
-    lease_supported: bool | None = None
-    lease_expirations: int = 0
-    errors_seen: Counter[str] = field(default_factory=Counter)
-    #: poll() errors tolerated as a broker quirk (BROKER_QUIRK_ERRORS)
-    quirk_errors: Counter[str] = field(default_factory=Counter)
-    #: things worth knowing that are not failures
-    notes: list[str] = field(default_factory=list)
-    #: on_partitions_revoked callbacks that ended because poll() was cancelled
-    cancelled_revokes: int = 0
-    #: members restarted after Kafka's reload fenced them (``_fenced_by_a_reload``)
-    fenced_restarts: int = 0
-    #: the group's partitions at the end (every topic), when add_partitions or
-    #: create_topic steps added some
-    grown_to: int | None = None
-    #: the group did not stabilise because the broker stalled (a known broker defect)
-    broker_stalls: int = 0
-    #: why no fault could be applied (the broker stalled before the fault window)
-    inconclusive: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return not self.failures
-
-    def summary(self) -> str:
-        """One line: seed, faults per kind, rebalances, times."""
-        s = self.schedule
-        faults = " ".join(f"{k}={v}" for k, v in sorted(self.applied.items())) or "none"
-        stable = "never" if self.time_to_stable is None else f"{self.time_to_stable:.1f} s"
-        initial = "never" if self.initial_stable is None else f"{self.initial_stable:.1f} s"
-        lease = {True: "yes", False: "NOT IN CORE", None: "?"}[self.lease_supported]
-        extra = ""
-        if self.java_processes:
-            extra += f"; Java processes {self.java_processes}"
-        if self.confluent_processes:
-            extra += f"; confluent processes {self.confluent_processes}"
-        if self.java_restart_overlaps:
-            extra += f" (Java overlaps across a restart: {self.java_restart_overlaps})"
-        if self.cancelled_revokes:
-            extra += f"; revokes cancelled by SIGTERM {self.cancelled_revokes}"
-        if self.fenced_restarts:
-            extra += f"; restarted after a reload fenced them {self.fenced_restarts}"
-        if self.broker_stalls:
-            extra += f"; BROKER STALL ({self.schedule.broker})"
-        errors = " ".join(f"{k}={v}" for k, v in sorted(self.errors_seen.items())) or "none"
-        grown = "" if self.grown_to is None else f" ({self.grown_to} at the end)"
-        if self.quirk_errors:
-            errors += f" (broker quirk: {sum(self.quirk_errors.values())})"
-        return (
-            f"chaos {s.label} seed={s.seed}: {s.partitions} partitions{grown}; faults {faults}; "
-            f"{self.processes} processes; rebalances seen {self.rebalances}; first stable "
-            f"{initial}; stable {stable} after faults stopped (bound {self.bound:.0f} s); "
-            f"lease {lease} ({self.lease_expirations} expired); poll errors {errors}{extra}; "
-            f"run {self.duration:.1f} s; {'OK' if self.ok else 'FAILED'}"
-            + (f" ({len(self.skipped)} step(s) skipped)" if self.skipped else "")
-        )
-
-    def report(self) -> str:
-        """The failure message: seed, every failure, the replay command, the logs, the
-        schedule."""
-        s = self.schedule
-        lines = [
-            f"chaos run FAILED: broker={s.broker} seed={s.seed} ({s.label})",
-            f"replay: {self.replay}",
-            f"member logs: {self.workdir}  (NAME.log: kgroup's log; NAME.events.jsonl: the "
-            "member's JSON lines; timeline.txt: what the runner did; schedule.json)",
-            f"{len(self.failures)} failure(s):",
-        ]
-        lines += [f"  {i}. {text}" for i, text in enumerate(self.failures, 1)]
-        lines += [f"  note: {text}" for text in self.notes]
-        lines += ["", str(s), "", self.summary()]
-        return "\n".join(lines)
-
-
-async def _spawn(
-    argv: list[str], log_path: Path, env: dict[str, str] | None = None
-) -> asyncio.subprocess.Process:
-    """A member process in a session of its own: JSON lines on stdout (read as they come,
-    lines up to 4 MiB), stderr to ``log_path``."""
-    with log_path.open("wb") as log:
-        return await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=log,
-            env=env,
-            start_new_session=True,
-            limit=4 * 1024 * 1024,
-        )
-
-
 class ChaosRunner:
     """Runs one schedule against one target; :meth:`run` returns a :class:`RunResult`."""
 
@@ -477,6 +195,7 @@ class ChaosRunner:
         self._java_argv: list[str] | None = None
         self._started = time.monotonic()
         self._clock = (time.time(), self._started)  # wall and monotonic, for the broker's log
+        self._steps = StepDriver(self)
         self._timeline = (workdir / "timeline.txt").open("w")
         self.result = RunResult(schedule, workdir, replay)
         self.result.bound, self.result.bound_terms = stable_bound(schedule)
@@ -559,7 +278,7 @@ class ChaosRunner:
             p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
         )
         log_path = self.workdir / f"{name}.log"
-        proc = await _spawn(argv, log_path, env)
+        proc = await spawn_process(argv, log_path, env)
         where = ("via proxy" if spec.via_proxy else "direct") + f", {protocol} protocol"
         mp = self._track(spec, name, proc, log_path, where)
         mp.protocol = protocol
@@ -666,7 +385,7 @@ class ChaosRunner:
             *confluent_argv(self.schedule, spec, name, bootstrap, self.group, self.topic, protocol),
         ]
         log_path = self.workdir / f"{name}.log"
-        proc = await _spawn(argv, log_path)
+        proc = await spawn_process(argv, log_path)
         mp = self._track(spec, name, proc, log_path, f"confluent, direct, {protocol} protocol")
         mp.protocol = protocol
         return mp
@@ -1017,8 +736,8 @@ class ChaosRunner:
         )
         self._t0 = time.monotonic()
         self.note(f"fault window opens (monotonic {self._t0:.3f})")
-        await self._apply_steps()
-        await self._stop_faults()
+        await self._steps.apply_steps()
+        await self._steps.stop_faults()
         stopped = time.monotonic()
         self.note(f"faults stopped; waiting up to {self.result.bound:.1f} s for a stable group")
         why = await self.wait_for(self.why_not_stable, self.result.bound)
@@ -1048,25 +767,6 @@ class ChaosRunner:
 
     # -- the timeline -------------------------------------------------------------------------
 
-    async def _apply_steps(self) -> None:
-        assert self._t0 is not None
-        actions: list[tuple[float, int, str, Step]] = []
-        for i, step in enumerate(self.schedule.steps):
-            actions.append((step.at, 2 * i, "start", step))
-            if step.duration > 0:
-                actions.append((step.end, 2 * i + 1, "end", step))
-        actions.sort(key=lambda a: (a[0], a[1]))
-        for at, _, phase, step in actions:
-            delay = self._t0 + at - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)  # the schedule's own time offset
-            if phase == "start":
-                await self._start(step)
-            else:
-                await self._end(step)
-        if self._background:
-            await asyncio.gather(*self._background)
-
     def _later(self, what: str, coro: Awaitable[None]) -> None:
         async def wrapped() -> None:
             try:
@@ -1075,165 +775,6 @@ class ChaosRunner:
                 self.fail(f"fault action {what} raised {type(exc).__name__}: {exc}")
 
         self._background.append(asyncio.get_running_loop().create_task(wrapped(), name=what))
-
-    def _applied(self, step: Step, detail: str = "") -> None:
-        self.result.applied[step.kind] += 1
-        self.note(
-            f"APPLY {step.kind} {' '.join(f'{k}={v}' for k, v in step.args)} {detail}".rstrip()
-        )
-
-    def _skip(self, step: Step, why: str) -> None:
-        self.result.skipped.append(f"{step}: {why}")
-        self.note(f"SKIP {step.kind}: {why}")
-
-    def _running(self, step: Step) -> MemberProc | None:
-        """The running (not paused) process of ``step``'s member slot; None, with the step
-        recorded as skipped, when there is none."""
-        slot = step.member
-        assert slot is not None
-        mp = self.current(slot)
-        if mp is None or not mp.live or mp.state == "paused":
-            self._skip(step, f"{slot} has no running process")
-            return None
-        return mp
-
-    async def _start(self, step: Step) -> None:
-        kind = step.kind
-        target = self.target
-        if kind in ("crash", "pause", "leave"):
-            mp = self._running(step)
-            if mp is None:
-                return
-            if kind == "crash":
-                mp.state = "killed"
-                self._signal(mp, signal.SIGKILL)
-                self._applied(step, mp.name)
-            elif kind == "pause":
-                if self._signal(mp, signal.SIGSTOP):
-                    mp.state = "paused"
-                    self._applied(step, mp.name)
-            else:
-                self._later(f"leave-{mp.name}", self._leave(step, mp))
-        elif kind == "rejoin":
-            slot = step.member
-            assert slot is not None
-            old = self.current(slot)
-            spec = self.schedule.member(slot)
-            if spec.instance_id and old is not None and not old.done.is_set():
-                # A static member's previous process still closing (or being reaped): wait,
-                # bounded, so that two processes of one instance id never overlap.
-                await self.wait_for(lambda: None if old.done.is_set() else "closing", 15.0)
-            self._applied(step)
-            self._later(f"rejoin-{slot}", self._spawn_quietly(spec))
-        elif kind == "roll":
-            mp = self._running(step)
-            if mp is None:
-                return
-            self._later(f"roll-{mp.name}", self._roll(step, mp))
-        elif kind == "black_hole":
-            assert target.proxy is not None
-            target.proxy.black_hole(step.arg("direction", "both"))
-            self._applied(step)
-        elif kind == "latency":
-            assert target.proxy is not None
-            target.proxy.add_latency(
-                float(step.arg("seconds")), jitter=float(step.arg("jitter", 0.0))
-            )
-            self._applied(step)
-        elif kind == "cut":
-            assert target.proxy is not None
-            target.proxy.cut()
-            self._applied(step)
-        elif kind == "broker_restart":
-            self._applied(step)
-            self._later("broker-restart", self._restart_broker(bool(step.arg("hard", False))))
-        elif kind == "tansu_restart":
-            self._applied(step)
-            self._later("tansu-restart", self._restart_tansu())
-        elif kind == "coordinator_move":
-            cluster = self._mock()
-            cluster.set_coordinator(self.group, int(step.arg("broker_id")))
-            self._applied(step)
-        elif kind == "broker_down":
-            self._mock().broker_down(int(step.arg("broker_id")))
-            self._applied(step)
-        elif kind == "inject_errors":
-            codes = [int(c) for c in step.arg("codes", ())]
-            self._mock().push_request_errors(int(step.arg("api_key")), *codes)
-            self._applied(step)
-        elif kind == "add_partitions":
-            self._later("add-partitions", self._grow_topic(step))
-        elif kind == "create_topic":
-            self._later("create-topic", self._create_topic(step))
-        elif kind == "delete_topic":
-            self._later("delete-topic", self._delete_topic(step))
-        else:
-            raise ValueError(f"unknown fault kind {kind!r}")
-
-    async def _end(self, step: Step) -> None:
-        kind = step.kind
-        if kind == "pause":
-            slot = step.member
-            assert slot is not None
-            mp = self.current(slot)
-            if mp is not None and mp.state == "paused":
-                self._signal(mp, signal.SIGCONT)
-                mp.state = "running"
-                self.note(f"END pause: SIGCONT {mp.name}")
-        elif kind in ("black_hole", "latency"):
-            proxy = self.target.proxy
-            assert proxy is not None
-            if step.arg("end") == "cut":
-                proxy.cut()
-            proxy.heal()
-            self.note(f"END {kind}: {'cut + ' if step.arg('end') == 'cut' else ''}heal")
-        elif kind == "broker_down":
-            self._mock().broker_up(int(step.arg("broker_id")))
-            self.note(f"END broker_down: broker {step.arg('broker_id')} up")
-
-    async def _grow_topic(self, step: Step) -> None:
-        total = int(step.arg("total"))
-        await self.target.grow_topic(self.topic, total)
-        mine = [tp for tp in self.partitions if tp.topic == self.topic]
-        total = max(total, len(mine))  # a later step's call may have ended first
-        others = {tp for tp in self.partitions if tp.topic != self.topic}
-        self.partitions = frozenset(others | {TopicPartition(self.topic, p) for p in range(total)})
-        self.result.grown_to = len(self.partitions)
-        self._applied(step, f"{self.topic} has {total} partitions")
-        self._changed.set()
-
-    async def _create_topic(self, step: Step) -> None:
-        """A second topic that the members' pattern matches (``{topic}-{index}``)."""
-        name, count = f"{self.topic}-{step.arg('index')}", int(step.arg("partitions"))
-        await self.target.create_topic(name, count)
-        self.partitions |= {TopicPartition(name, p) for p in range(count)}
-        self.result.grown_to = len(self.partitions)
-        self._applied(step, f"{name} ({count} partitions)")
-        self._changed.set()
-
-    async def _delete_topic(self, step: Step) -> None:
-        """The second topic goes again (``{topic}-{index}``), once its creation is done:
-        from then on the group must own none of its partitions."""
-        name = f"{self.topic}-{step.arg('index')}"
-        created = await self.wait_for(
-            lambda: None if any(tp.topic == name for tp in self.partitions) else "not created",
-            timeout=60.0,
-        )
-        if created is not None:
-            raise RuntimeError(f"delete_topic: {name} was never created")
-        await self.target.delete_topic(name)
-        self.partitions = frozenset(tp for tp in self.partitions if tp.topic != name)
-        self.result.grown_to = len(self.partitions)
-        self._applied(step, f"{name} deleted")
-        self._changed.set()
-
-    def _mock(self) -> MockCluster:
-        broker = self.target.broker
-        assert isinstance(broker, MockCluster), f"{self.target.kind} is not the mock cluster"
-        return broker
-
-    async def _spawn_quietly(self, spec: MemberSpec) -> None:
-        await self.spawn(spec)
 
     def _fenced_by_a_reload(self, mp: MemberProc, rec: dict[str, Any], at: float) -> bool:
         """Whether a kgroup member's FencedInstanceId is Kafka's reload of a static member
@@ -1262,77 +803,6 @@ class ChaosRunner:
         self.result.fenced_restarts += 1
         self.note(f"the application restarts {mp.spec.slot} after {mp.name} was fenced")
         await self.spawn(mp.spec)
-
-    async def _roll(self, step: Step, mp: MemberProc) -> None:
-        """A migration's roll: the member closes (SIGTERM), then its slot's next process
-        starts, on the consumer protocol (``protocol_for``)."""
-        await self._leave(step, mp)
-        if mp.state != "terminating":
-            return  # skipped: not running
-        why = await self.wait_for(
-            lambda: None if mp.done.is_set() else f"{mp.name} closing", self._close_bound()
-        )
-        if why is not None:
-            self.note(f"roll: {why} after {self._close_bound():.0f} s; its successor starts")
-        await self.spawn(mp.spec)
-
-    async def _leave(self, step: Step, mp: MemberProc) -> None:
-        if not mp.ready.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(20.0):
-                    await mp.ready.wait()
-        if not mp.live or mp.state == "paused":
-            self._skip(step, f"{mp.name} is {mp.state}")
-            return
-        mp.terminated_before_ready = not mp.ready.is_set()
-        mp.state = "terminating"
-        self._signal(mp, signal.SIGTERM)
-        self._applied(step, mp.name)
-
-    async def _restart_broker(self, hard: bool) -> None:
-        broker = self.target.broker
-        assert isinstance(broker, KafkaBroker)
-        async with self._restart_lock:
-            t = time.monotonic()
-            if hard:
-                await asyncio.to_thread(broker.kill)
-                await asyncio.to_thread(broker.start)
-            else:
-                await asyncio.to_thread(broker.restart)
-            self._kafka_restarts.append((t, time.monotonic()))
-        self.note(f"END broker_restart: Kafka back after {time.monotonic() - t:.2f} s")
-
-    async def _restart_tansu(self) -> None:
-        broker = self.target.broker
-        assert isinstance(broker, TansuBroker)
-        async with self._restart_lock:
-            t = time.monotonic()
-            await asyncio.to_thread(broker.restart)
-            self._broker_epoch += 1
-            await self.target.create_topic(self.topic, self.schedule.partitions)
-            self._state_losses.append((t, time.monotonic()))
-        self.note(
-            f"END tansu_restart: back with the topic recreated after {time.monotonic() - t:.2f} s"
-        )
-
-    async def _stop_faults(self) -> None:
-        """Undo whatever is still in effect: every fault stops here."""
-        proxy = self.target.proxy
-        if proxy is not None:
-            proxy.heal()
-        broker = self.target.broker
-        if isinstance(broker, MockCluster):
-            broker.broker_up(-1)
-            for api_key in API_KEYS.values():
-                broker.clear_request_errors(api_key)
-        elif not broker.running():
-            self.fail(f"the {self.target.kind} broker is not running after the fault window")
-        for mp in self.procs:
-            if mp.state == "paused":
-                self._signal(mp, signal.SIGCONT)
-                mp.state = "running"
-
-    # -- shutting down and the final checks ---------------------------------------------------
 
     def _close_bound(self) -> float:
         t = self.schedule.timeouts
@@ -1369,169 +839,8 @@ class ChaosRunner:
             await asyncio.gather(*(p.done.wait() for p in self.procs))
 
     def _final_checks(self) -> None:
-        s = self.schedule
-        # Invariant 1. Without the member lease in the core (a member reports lease=false:
-        # ``member.lease_expired`` never fires), a paused or cut-off member holds its
-        # partitions until it learns it was evicted, so an overlap whose earlier hold is such
-        # a member's is the known zombie window: noted, not failed, until the lease lands.
-        overlaps = self.ownership.overlaps()
-        no_lease = {mp.name for mp in self.procs if mp.lease_supported is False}
-        overlaps = self._tolerate(
-            overlaps,
-            lambda a, b: min(a, b, key=lambda h: h.start).member in no_lease,
-            "after a member without the lease in its core was cut off (tolerated: "
-            "member.lease_expired does not fire yet)",
-        )
-        unowned_at = self._unowned_conversions() if overlaps else []  # the log, read once
-        overlaps = self._tolerate(
-            overlaps,
-            lambda a, b: self._unowned_conversion_overlap(a, b, unowned_at),
-            "of a classic member's hold with a consumer-protocol member's after Kafka "
-            "converted the group while its assignments were reset (tolerated: Kafka 4.4.0 "
-            "then counts the classic members as owning nothing; limitations.md)",
-        )
-        before = len(overlaps)
-        overlaps = self._tolerate(
-            overlaps,
-            self._java_restart_overlap,
-            "of a Java member's hold across a Kafka restart that expired it (tolerated: the "
-            "Java client has no lease; it held on until it reached the coordinator again and "
-            "lost them, within a session of the broker's return)",
-        )
-        self.result.java_restart_overlaps += before - len(overlaps)
-        overlaps = self._tolerate(
-            overlaps,
-            self._state_loss_overlap,
-            "across a tansu restart, which forgot the group: the stale hold ended by its lease "
-            "within a session timeout of the broker's return (tolerated: no client can see a "
-            "coordinator lose its state)",
-        )
-        if overlaps:
-            clients = {mp.name: mp.client for mp in self.procs}
-            if any(mp.foreign for mp in self.procs):
-                first = Counter(
-                    clients.get(min(a, b, key=lambda h: h.start).member, "kgroup")
-                    for a, b in overlaps
-                )
-                self.result.notes.append(
-                    "overlaps by whose hold came first: "
-                    + ", ".join(f"{who} {n}" for who, n in sorted(first.items()))
-                    + " (every one fails the run: Java and confluent members only get faults "
-                    "they survive)"
-                )
-            shown = "\n".join(
-                f"       {self._hold(a)}\n         overlaps {self._hold(b)}"
-                for a, b in overlaps[:10]
-            )
-            more = f"\n       ... and {len(overlaps) - 10} more" if len(overlaps) > 10 else ""
-            self.fail(
-                f"invariant 1: {len(overlaps)} overlapping hold(s) of a partition by two members "
-                f"(times relative to the fault window):\n{shown}{more}"
-            )
-        # Invariant 3.
-        quirks = BROKER_QUIRK_ERRORS.get(s.broker, ())
-        for mp in self.procs:
-            unexpected = []
-            for e in mp.errors:
-                kind, message = str(e.get("type")), str(e.get("message"))
-                if kind in s.expected_errors:
-                    continue
-                if e.get("excused"):
-                    self.result.notes.append(f"{mp.name}: {kind} tolerated: {e['excused']}")
-                    continue
-                if any(kind == q and message.startswith(p) for q, p, _ in quirks):
-                    self.result.quirk_errors[kind] += 1
-                    continue
-                unexpected.append(e)
-            if unexpected:
-                kinds = Counter(f"{e.get('type')}: {e.get('message')}" for e in unexpected)
-                listed = "; ".join(f"{text} (x{n})" for text, n in kinds.most_common(5))
-                self.fail(f"invariant 3: {mp.name}: poll() raised {listed}")
-        # Invariant 4 (a Java member: exit code 0 and a ``closed`` line after close(); the
-        # Python leak checks do not apply to a JVM).
-        for mp in self.procs:
-            if mp.state == "killed" or mp.terminated_before_ready:
-                continue
-            problems = []
-            if mp.returncode != 0:
-                problems.append(f"exit code {mp.returncode}")
-            closed = mp.closed
-            if closed is None:
-                problems.append("no report after close()")
-            else:
-                for key in ("tasks", "sockets", "transports", "warnings", "loop_errors"):
-                    if closed.get(key):
-                        problems.append(f"{key} left: {closed[key]}")
-                if closed.get("close_error"):
-                    problems.append(f"close() raised {closed['close_error']}")
-            if mp.exit is not None and mp.exit.get("warnings"):
-                problems.append(f"warnings at exit: {mp.exit['warnings']}")
-            if mp.held_at_exit:
-                problems.append(f"still held after close(): {mp.held_at_exit}")
-            if problems:
-                self.fail(f"invariant 4: {mp.name} (log {mp.log_path}): " + "; ".join(problems))
-        supported = {mp.lease_supported for mp in self.procs if mp.lease_supported is not None}
-        self.result.lease_supported = None if not supported else all(supported)
-        self.result.lease_expirations = sum(mp.lease_expirations for mp in self.procs)
-        self.result.rebalances = len(self._generations)
-
-    def _state_loss_overlap(self, a: Hold, b: Hold) -> bool:
-        """Whether an overlap is explained by a tansu restart, within the lease's bound.
-
-        A restart of tansu (memory storage) forgets every group: the new broker may hand a
-        partition to another member while a member of the old group still holds it. The
-        member cannot know; its lease ends the hold at most a session timeout after its last
-        proof, which the old broker gave at the latest when it went away. So the overlap is
-        tolerated when the earlier hold began before a restart, the later one after it
-        began, and the earlier one ended no later than a session timeout (plus 1 s of
-        process slack) after the broker was back.
-        """
-        earlier, later = sorted((a, b), key=lambda h: h.start)
-        end = float("inf") if earlier.end is None else earlier.end
-        session = self.schedule.timeouts.session
-        return any(
-            earlier.start < begin <= later.start and end <= back + session + 1.0
-            for begin, back in self._state_losses
-        )
-
-    def _tolerate(
-        self,
-        overlaps: list[tuple[Hold, Hold]],
-        excused: Callable[[Hold, Hold], bool],
-        what: str,
-    ) -> list[tuple[Hold, Hold]]:
-        """``overlaps`` without those ``excused`` explains, which are noted (``what``: why
-        they are tolerated) rather than failed."""
-        found = [pair for pair in overlaps if excused(*pair)]
-        if found:
-            shown = "; ".join(f"{self._hold(a)} / {self._hold(b)}" for a, b in found[:3])
-            self.result.notes.append(f"{len(found)} overlap(s) {what}: {shown}")
-        return [pair for pair in overlaps if pair not in found]
-
-    def _unowned_conversion_overlap(self, a: Hold, b: Hold, unowned_at: list[float]) -> bool:
-        """Whether an overlap is Kafka's conversion of a classic group whose assignments a
-        rebalance had just reset (:func:`._kip848.unowned_conversions`): the one case
-        where a consumer-protocol member is given what a classic member still holds, and
-        no client can see it. Tolerated exactly then: the earlier hold is a classic
-        process's and began before such a conversion (``unowned_at``: their times, from
-        :meth:`_unowned_conversions`), the later one a consumer-protocol
-        process's that began after it, and the earlier one ended no later than a session
-        timeout (plus 1 s of process slack) after it: the classic member rejoins at its
-        next heartbeat and gives the partition up. The broker's log clock is mapped onto
-        the runner's with the wall clock read at the start (0.5 s of slack each way)."""
-        earlier, later = sorted((a, b), key=lambda h: h.start)
-        protocols = {mp.name: mp.protocol for mp in self.procs}
-        if protocols.get(earlier.member) == "consumer" or protocols.get(later.member) != "consumer":
-            return False
-        if earlier.end is None:
-            return False
-        session = self.schedule.timeouts.session
-        return any(
-            earlier.start < at + 0.5
-            and later.start > at - 0.5
-            and earlier.end <= at + session + 1.0
-            for at in unowned_at
-        )
+        """The invariants, once everything has ended (:func:`._verdict.final_checks`)."""
+        final_checks(self)
 
     def _unowned_conversions(self) -> list[float]:
         """:func:`._kip848.unowned_conversions` of the group, on the runner's clock (Kafka
@@ -1551,40 +860,6 @@ class ChaosRunner:
         if wall < wall0 - 43_200:  # the log went past midnight
             wall += 86_400
         return mono0 + (wall - wall0)
-
-    def _java_restart_overlap(self, a: Hold, b: Hold) -> bool:
-        """Whether an overlap is a Java member holding on across a Kafka restart that
-        expired it: the one case where a Java member's overlap is not a failure.
-
-        A Kafka that comes back from a restart (SIGKILL and log recovery, above all) loads
-        the group and starts its members' sessions before they can reach it again, so it may
-        expire every member and give the partitions to whoever arrives first. A kgroup member
-        ended its holds by its lease meanwhile; the Java client has no lease and holds on until
-        it reaches the coordinator and hears it is unknown (``onPartitionsLost``). Tolerated
-        exactly then: the earlier hold is a Java member's, began before a restart that began
-        before the later hold, and ended by ``lost`` no later than a session timeout (plus
-        1 s of process slack) after the broker was back. A Java hold that ended any other
-        way (revoked: the group still counted it as a member) or later, or a kgroup member's
-        earlier hold, still fails. A confluent member (consumer protocol) has no lease either
-        and is held to the same terms.
-        """
-        earlier, later = sorted((a, b), key=lambda h: h.start)
-        if not any(mp.foreign and mp.name == earlier.member for mp in self.procs):
-            return False
-        if earlier.ended_by != "lost" or earlier.end is None:
-            return False
-        session = self.schedule.timeouts.session
-        return any(
-            earlier.start < begin <= later.start and earlier.end <= back + session + 1.0
-            for begin, back in self._kafka_restarts
-        )
-
-    def _hold(self, hold: Hold) -> str:
-        end = "open" if hold.end is None else f"{self._rel(hold.end)} ({hold.ended_by})"
-        start = self._rel(hold.start)
-        client = next((mp.client for mp in self.procs if mp.name == hold.member), "kgroup")
-        who = hold.member if client == "kgroup" else f"{hold.member} ({client})"
-        return f"{who} gen {hold.generation} held {hold.partition} {start}..{end}"
 
     async def _cleanup(self) -> None:
         """Whatever happened: no process, reader or background task outlives the run."""
