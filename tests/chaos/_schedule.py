@@ -79,7 +79,7 @@ import json
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -94,7 +94,6 @@ from ._protocols import (
     back_tail,
     check_protocol,
     protocol_for,
-    protocol_params,
 )
 
 __all__ = [
@@ -110,10 +109,8 @@ __all__ = [
     "Schedule",
     "Step",
     "Timeouts",
-    "default_cases",
     "make_schedule",
     "protocol_for",
-    "schedule_for",
 ]
 
 BrokerKind = Literal["kafka", "tansu", "mock"]
@@ -927,194 +924,3 @@ def _add(
         steps.append(Step.make(t, kind, api=api, api_key=API_KEYS[api], codes=tuple(codes)))
     else:  # pragma: no cover - every kind in WEIGHTS is handled above
         raise ValueError(f"unknown fault kind {kind!r}")
-
-
-# -- seeds -> parameters, and the default cases ---------------------------------------------
-
-
-def schedule_for(broker: str, seed: int, **overrides: Any) -> Schedule:
-    """The schedule of ``seed`` on ``broker``: the member count (3..8), static or dynamic,
-    the assignor and, for a Kafka cooperative-sticky group, whether some members are Java
-    consumers (:data:`MIXED_PROBABILITY`; 1 to half of them) are drawn from the seed too,
-    so ``(broker, seed)`` alone replays it. ``overrides`` go to :func:`make_schedule` (e.g.
-    ``fault_window`` for the soak)."""
-    rng = random.Random(f"params/{broker}/{seed}")
-    params: dict[str, Any] = {
-        "members": rng.randint(3, 8),
-        "static": rng.random() < 0.5,
-        "assignor": rng.choice(ASSIGNORS),
-    }
-    if broker == "tansu":
-        # tansu 0.6.0 stalls static groups: some members STABLE keep getting NONE to their
-        # heartbeats while the others loop JoinGroup (same generation) -> SyncGroup ->
-        # REBALANCE_IN_PROGRESS forever. Measured with no fault at all: 4 of 6 static
-        # groups of 4 to 6 members never formed. Static membership is covered on Kafka
-        # and the mock; tansu schedules are dynamic (make_schedule still takes static=True).
-        params["static"] = False
-    # Drawn last (and only here), so that every other seed keeps its schedule; the upper
-    # part of [0, 1) is mixed, which leaves the kgroup-only default cases as they were.
-    if broker == "kafka" and params["assignor"] == "cooperative-sticky":
-        if rng.random() >= 1.0 - MIXED_PROBABILITY:
-            params["java_members"] = rng.randint(1, params["members"] // 2)
-    if broker == "kafka":
-        params.update(protocol_params(seed, params["members"]))
-        # A draw of its own: the other faults of a seed stay what they were.
-        grows = random.Random(f"topics:kafka:{seed}").random() < TOPIC_CHANGE_PROBABILITY
-        classic_java = params.get("protocol", "classic") == "classic" and params.get(
-            "java_members", 0
-        )
-        params["topic_changes"] = grows and not classic_java
-        # Another draw of its own: the members' subscription, not the faults.
-        params["pattern"] = random.Random(f"pattern:kafka:{seed}").random() < PATTERN_PROBABILITY
-    params.update(overrides)
-    return make_schedule(seed, broker=broker, **params)
-
-
-def _has(*kinds: str) -> Callable[[Schedule], bool]:
-    return lambda s: set(kinds) <= s.kinds()
-
-
-#: What the default run must cover, one schedule each: (broker, description, predicate).
-#: Members are capped at 5 there to keep the run inside its time budget.
-DEFAULT_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = (
-    (
-        "kafka",
-        "static, broker restart, black hole, crash and rejoin",
-        lambda s: (
-            s.static
-            and _has("broker_restart", "black_hole", "crash", "rejoin")(s)
-            and not any(st.arg("hard") for st in s.steps)
-        ),
-    ),
-    (
-        "kafka",
-        "dynamic, latency, pause, leave",
-        lambda s: not s.static and _has("latency", "pause", "leave")(s),
-    ),
-    (
-        "tansu",
-        "dynamic, tansu restart, pause, crash",
-        lambda s: not s.static and _has("tansu_restart", "pause", "crash")(s),
-    ),
-    (
-        "kafka",
-        "a hard broker restart (SIGKILL: log recovery), pause, leave",
-        lambda s: any(st.arg("hard") for st in s.steps) and _has("pause", "leave")(s),
-    ),
-    (
-        "kafka",
-        "cooperative-sticky (kgroup only), black hole, crash",
-        lambda s: (
-            s.assignor == "cooperative-sticky"
-            and not s.java_slots
-            and _has("black_hole", "crash")(s)
-        ),
-    ),
-    (
-        "kafka",
-        "the second upgrade bounce (eager and cooperative members) under faults, restarts",
-        lambda s: s.assignor == "upgrade-2" and _has("crash", "rejoin")(s),
-    ),
-    (
-        "kafka",
-        "a mixed Java/kgroup cooperative-sticky group: a Java member leaves, crashes and "
-        "rejoins, a kgroup member is cut off",
-        lambda s: (
-            bool(s.java_slots)
-            and {"leave", "crash", "rejoin"}
-            <= {st.kind for st in s.steps if st.member in s.java_slots}
-            and "black_hole" in s.kinds()
-        ),
-    ),
-    (
-        "mock",
-        "coordinator move, broker down/up, injected errors",
-        _has("coordinator_move", "broker_down", "inject_errors"),
-    ),
-    (
-        "kafka",
-        "a consumer-protocol group of kgroup, Java and confluent members: a Java or confluent "
-        "member crashes and rejoins, one leaves, a kgroup member is paused and cut off",
-        lambda s: (
-            s.protocol == "consumer"
-            and bool(s.java_slots)
-            and bool(s.confluent_slots)
-            and {"crash", "rejoin", "leave"}
-            <= {st.kind for st in s.steps if st.member in s.foreign_slots}
-            and _has("pause", "black_hole")(s)
-        ),
-    ),
-    (
-        "kafka",
-        "a migration under faults: every slot rolled (or restarted) onto the consumer "
-        "protocol one by one, a crash and a broker restart",
-        lambda s: (
-            s.protocol == "migration"
-            and not s.java_slots
-            and {m.slot for m in s.members}
-            <= {st.member for st in s.steps if st.kind in ("roll", "rejoin")}
-            and "roll" in s.kinds()
-            and _has("crash", "broker_restart")(s)
-        ),
-    ),
-    (
-        "kafka",
-        "a mixed migration: Java and kgroup members rolled onto the consumer protocol, a "
-        "Java slot among them, under a crash",
-        lambda s: (
-            s.protocol == "migration"
-            and bool(s.java_slots)
-            and any(st.kind == "roll" and st.member in s.java_slots for st in s.steps)
-            and _has("crash")(s)
-        ),
-    ),
-    (
-        "kafka",
-        "a consumer-protocol group whose topic grows under faults, a crash and a black hole",
-        lambda s: (
-            s.protocol == "consumer"
-            and s.topic_changes
-            and "add_partitions" in s.kinds()
-            and _has("crash", "black_hole")(s)
-        ),
-    ),
-    (
-        "kafka",
-        "kgroup members subscribed with a pattern, classic protocol, a second topic the "
-        "pattern matches created and deleted under faults",
-        lambda s: s.pattern and s.protocol == "classic" and _has("crash", "delete_topic")(s),
-    ),
-    (
-        "kafka",
-        "kgroup members subscribed with a pattern, consumer protocol",
-        lambda s: s.pattern and s.protocol == "consumer" and _has("crash")(s),
-    ),
-)
-
-
-def default_cases(
-    requirements: Iterable[tuple[str, str, Callable[[Schedule], bool]]] = DEFAULT_REQUIREMENTS,
-    *,
-    max_members: int = 5,
-    max_seed: int = 10_000,
-) -> list[tuple[str, int]]:
-    """``(broker, seed)`` of the default run: for each requirement in turn that no case
-    chosen so far meets, the smallest seed whose schedule (:func:`schedule_for`) meets it
-    (pure and deterministic). Migrations back (a longer window) are left out: they came
-    after the default cases, which keep their seeds so."""
-    cases: list[tuple[str, int]] = []
-    for broker, what, predicate in requirements:
-        if any(b == broker and predicate(schedule_for(b, s)) for b, s in cases):
-            continue  # a schedule already chosen covers this one too
-        for seed in range(1, max_seed):
-            if (broker, seed) in cases:
-                continue
-            schedule = schedule_for(broker, seed)
-            if schedule.protocol == "migration-back":
-                continue
-            if len(schedule.members) <= max_members and predicate(schedule):
-                cases.append((broker, seed))
-                break
-        else:  # pragma: no cover - the generator changed so much that nothing qualifies
-            raise LookupError(f"no seed below {max_seed} gives a {broker} schedule with {what}")
-    return cases

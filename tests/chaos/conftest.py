@@ -22,7 +22,7 @@ Options:
 ``--chaos-regex``
     Likewise, only Kafka seeds whose kgroup members subscribe with a pattern.
 
-Without either, ``test_chaos`` runs :func:`~._schedule.default_cases` (fixed seeds that
+Without either, ``test_chaos`` runs :func:`~._seeds.default_cases` (fixed seeds that
 cover every fault kind) and ``test_soak`` (``slow``: only with ``--run-slow``) one random
 long schedule per broker.
 
@@ -46,7 +46,8 @@ from typing import Any
 import pytest
 
 from ._cases import KNOWN_BUGS, TOTALS, ChaosCase, Totals, write_summary
-from ._schedule import BROKERS, Schedule, default_cases, schedule_for
+from ._schedule import BROKERS, Schedule
+from ._seeds import default_cases, schedule_for
 
 _MARKS = {"kafka": pytest.mark.kafka, "tansu": pytest.mark.tansu, "mock": pytest.mark.mock_cluster}
 

@@ -2,7 +2,7 @@
 processes, and four invariants checked on every run (see ``_runner.py``).
 
 Default run (``python -m pytest tests/chaos``): the fixed cases of
-:func:`~._schedule.default_cases` (Kafka static with a broker restart and a black hole,
+:func:`~._seeds.default_cases` (Kafka static with a broker restart and a black hole,
 Kafka dynamic with latency, a mixed Java/kgroup cooperative-sticky group on Kafka, a
 consumer-protocol group of kgroup, Java and confluent members on Kafka, a classic group
 rolled onto the consumer protocol under faults (kgroup only, and with Java members),
@@ -30,7 +30,8 @@ from kgroup.testing import FaultProxy
 
 from ._cases import ChaosCase, Totals
 from ._runner import ChaosRunner, Target
-from ._schedule import Schedule, schedule_for
+from ._schedule import Schedule
+from ._seeds import schedule_for
 
 #: The soak: long fault windows, many more faults per schedule.
 SOAK_WINDOW = 150.0

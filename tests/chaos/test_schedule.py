@@ -28,7 +28,6 @@ from ._runner import stable_bound
 from ._schedule import (
     ASSIGNORS,
     BROKERS,
-    DEFAULT_REQUIREMENTS,
     DELETE_TOPIC_PROBABILITY,
     FAULT_KINDS,
     JAVA_ASSIGNORS,
@@ -44,11 +43,10 @@ from ._schedule import (
     Schedule,
     Step,
     assignors_for,
-    default_cases,
     make_schedule,
     protocol_for,
-    schedule_for,
 )
+from ._seeds import DEFAULT_REQUIREMENTS, default_cases, schedule_for
 
 SEEDS = range(1, 301)
 
