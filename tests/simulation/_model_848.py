@@ -9,8 +9,10 @@ differ from the 2024 sources (``test_model_vs_kafka_848.py`` keeps them compared
   or leaves (-1, session expiry, revocation deadline). A new group starts at epoch 1, so
   the first member's join makes it 2 (Kafka 4.3+, KAFKA-20268).
 - **Target assignment.** Recomputed on the first heartbeat (from any member) that finds the
-  group epoch ahead of the assignment epoch (``group.consumer.assignment.interval.ms`` = 0).
-  The assignor is sticky and balanced (like ``uniform``): every member keeps what it had
+  group epoch ahead of the assignment epoch (``group.consumer.assignment.interval.ms`` = 0),
+  by the schedule's server assignor (``BrokerConfig848.assignor``, :mod:`._assign_848`):
+  ``range`` as Kafka 4.4.0's (consecutive ranges per topic in member order, not sticky), or
+  ``uniform``, modelled as sticky and balanced: every member keeps what it had
   up to its quota, the rest go to the members below theirs. It meets the members in the
   order of their ids; Kafka's meets them in the order of a Java ``HashMap`` of the ids
   (measured: the ``growth`` script places the new partitions the other way round when the
@@ -44,8 +46,8 @@ differ from the 2024 sources (``test_model_vs_kafka_848.py`` keeps them compared
   does so at the next heartbeat after its metadata image changed; compared with Kafka by
   the ``growth`` script of ``test_model_vs_kafka_848.py``).
 
-Not modelled: regex subscriptions, topics created or deleted, rack awareness, the range
-server assignor, classic members in a consumer group, the group size limit, assignment
+Not modelled: regex subscriptions, topics created or deleted, rack awareness, classic
+members in a consumer group, the group size limit, assignment
 batching (interval 0), offsets. Every change is durable at once (the persisted record is
 the whole state): a coordinator that loads the group sees every answered change.
 
@@ -67,6 +69,7 @@ from kgroup.testing.messages import (
     TopicIdPartitions,
 )
 
+from ._assign_848 import range_assign, sticky_assign
 from ._model import ModelError, Timers
 
 __all__ = [
@@ -129,6 +132,8 @@ class BrokerConfig848:
     heartbeat_interval_ms: int
     #: topic name -> partition count
     topics: Mapping[str, int] = field(default_factory=dict)
+    #: the server assignor: ``uniform`` (Kafka's default) or ``range``
+    assignor: str = "uniform"
 
 
 def by_topic(parts: Iterable[IdPartition]) -> tuple[TopicIdPartitions, ...]:
@@ -151,34 +156,6 @@ class _Refused(Exception):
     def __init__(self, code: int, message: str = "") -> None:
         super().__init__(message)
         self.code = code
-
-
-def sticky_assign(
-    members: list[str],
-    universe: list[IdPartition],
-    previous: Mapping[str, frozenset[IdPartition]],
-) -> dict[str, frozenset[IdPartition]]:
-    """A sticky, balanced target: counts differ by at most one; each member keeps what its
-    previous target gave it up to its quota (members keeping more get the larger quotas
-    first), the rest go to the members below quota. Deterministic in the member ids."""
-    if not members:
-        return {}
-    inside = set(universe)
-    kept = {m: sorted(p for p in previous.get(m, ()) if p in inside) for m in members}
-    base, extra = divmod(len(universe), len(members))
-    order = sorted(members, key=lambda m: (-len(kept[m]), m))
-    quota = {m: base + (1 if i < extra else 0) for i, m in enumerate(order)}
-    new: dict[str, list[IdPartition]] = {}
-    taken: set[IdPartition] = set()
-    for m in members:
-        keep = [p for p in kept[m] if p not in taken][: quota[m]]
-        new[m] = keep
-        taken.update(keep)
-    free = [p for p in universe if p not in taken]
-    for m in sorted(members, key=lambda m: (len(new[m]), m)):
-        while len(new[m]) < quota[m]:
-            new[m].append(free.pop(0))
-    return {m: frozenset(ps) for m, ps in new.items()}
 
 
 def _universe(topics: Mapping[str, int]) -> list[IdPartition]:
@@ -508,7 +485,11 @@ class ConsumerGroupModel:
 
     def _compute_target(self) -> None:
         members = sorted(self.members)
-        self.target = sticky_assign(members, self.universe, self.target)
+        if self.config.assignor == "range":
+            instances = {m: self.members[m].instance_id for m in members}
+            self.target = range_assign(instances, self.universe)
+        else:
+            self.target = sticky_assign(members, self.universe, self.target)
         self.assignment_epoch = self.group_epoch
         self._trace(
             f"target at epoch {self.group_epoch}: "
@@ -602,6 +583,17 @@ class ConsumerGroupModel:
             if set(self.target) == set(self.members):
                 if targeted != set(self.universe):
                     raise ModelError("the target does not cover every partition")
-                sizes = [len(p) for p in self.target.values()]
-                if max(sizes) - min(sizes) > 1:
-                    raise ModelError(f"target not balanced: {sorted(sizes)}")
+                for topic, parts in self._balance_units().items():
+                    sizes = [len(p & parts) for p in self.target.values()]
+                    if max(sizes) - min(sizes) > 1:
+                        raise ModelError(f"target not balanced{topic}: {sorted(sizes)}")
+
+    def _balance_units(self) -> dict[str, frozenset[IdPartition]]:
+        """What the assignor balances: ``range`` each topic on its own, ``uniform`` the
+        partitions of every topic together."""
+        if self.config.assignor != "range":
+            return {"": frozenset(self.universe)}
+        units: dict[str, set[IdPartition]] = {}
+        for part in self.universe:
+            units.setdefault(f" in topic {part.topic_id}", set()).add(part)
+        return {name: frozenset(parts) for name, parts in units.items()}

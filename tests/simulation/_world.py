@@ -174,6 +174,8 @@ class Params:
     p_delay: float
     p_error: float
     latency_ms: float
+    #: the server assignor of a consumer-protocol group (``uniform`` or ``range``)
+    remote_assignor: str = "uniform"
 
     @property
     def join_timeout_ms(self) -> int:
@@ -215,6 +217,7 @@ class Params:
             f"fault_window={self.fault_window_ms:.0f} fault_events~{self.fault_events} "
             f"p_drop={self.p_drop} p_dup={self.p_duplicate} p_delay={self.p_delay} "
             f"p_error={self.p_error}"
+            + (f" remote_assignor={self.remote_assignor}" if self.kind.consumer_protocol else "")
         )
 
 
@@ -232,9 +235,10 @@ def draw_params(seed: int, rng: random.Random, flavor: str | None = None) -> Par
     max_poll = session * rng.choice((1, 2, 3))
     request_timeout = int(session * rng.choice((0.5, 0.8, 1.0, 1.5)))
     calm = rng.random() < 0.05
+    kind = draw_kind(seed, members, flavor)
     return Params(
         seed=seed,
-        kind=draw_kind(seed, members, flavor),
+        kind=kind,
         members=members,
         static=static,
         topics=tuple(topics),
@@ -251,7 +255,19 @@ def draw_params(seed: int, rng: random.Random, flavor: str | None = None) -> Par
         p_delay=0.0 if calm else rng.choice((0.0, 0.01, 0.05)),
         p_error=0.0 if calm else rng.choice((0.0, 0.01, 0.05)),
         latency_ms=rng.choice((0.5, 2.0, 10.0)),
+        remote_assignor=draw_remote_assignor(seed) if kind.consumer_protocol else "uniform",
     )
+
+
+#: How likely a consumer-protocol schedule's group uses the ``range`` server assignor.
+RANGE_PROBABILITY = 0.5
+
+
+def draw_remote_assignor(seed: int) -> str:
+    """A consumer-protocol group's server assignor, from a stream of its own: the
+    schedule's other draws are the same whichever it is."""
+    rng = random.Random(f"kgroup-sim-assignor-{seed}")
+    return "range" if rng.random() < RANGE_PROBABILITY else "uniform"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -445,6 +461,7 @@ class Cluster:
                     session_timeout_ms=params.session_ms,
                     heartbeat_interval_ms=params.heartbeat_ms,
                     topics=dict(self.world.topics),
+                    assignor=params.remote_assignor,
                 ),
                 timers=self._timers,
                 persist=self._persist,
@@ -1195,6 +1212,8 @@ def _run_world(world: World, seed: int) -> Result:
     rng = world.rng
     params = world.params
     world.log("world", params.describe())
+    if params.kind.consumer_protocol and params.remote_assignor == "range":
+        world.count_event("range_assignor")
     for i in range(params.members):
         slot = f"m{i}"
         world.statics[slot] = f"i{i}" if params.static[i] else None

@@ -90,6 +90,10 @@ def consumer_config(params: Params, slot: str, instance_id: str | None) -> Group
         topics=tuple(t for t, _ in params.topics),
         group_protocol="consumer",
         group_instance_id=instance_id,
+        # Uniform is the broker's default: asked for by name only when it is range.
+        group_remote_assignor=None
+        if params.remote_assignor == "uniform"
+        else params.remote_assignor,
         consumer_session_timeout_ms=params.session_ms,
         max_poll_interval_ms=params.max_poll_ms,
         request_timeout_ms=params.request_timeout_ms,

@@ -81,9 +81,11 @@ Step = Hb | Wait | Grow
 class Side:
     """One side of the comparison; ``send`` answers a request."""
 
-    def __init__(self) -> None:
+    def __init__(self, assignor: str | None = None) -> None:
         self.epochs: dict[str, list[int]] = {}
         self.ids: dict[str, str] = {}
+        #: the server assignor a joining member asks for (None: the broker's default)
+        self.assignor = assignor
 
     def draw_ids(self, names: Iterable[str]) -> None:
         """A fresh random id per script member, drawn so that Kafka's assignor meets the
@@ -141,6 +143,7 @@ class Side:
                 fields = {
                     "rebalance_timeout_ms": step.rebalance_timeout_ms,
                     "subscribed_topic_names": (topic,),
+                    "server_assignor": self.assignor,
                     "topic_partitions": (),
                 }
             elif epoch > 0 and step.full:
@@ -196,8 +199,8 @@ class _ManualTimers(Timers):
 
 
 class ModelSide(Side):
-    def __init__(self, group: str, topic: str) -> None:
-        super().__init__()
+    def __init__(self, group: str, topic: str, assignor: str | None = None) -> None:
+        super().__init__(assignor)
         self.timers = _ManualTimers()
         self.topic_name = topic
         self.model = ConsumerGroupModel(
@@ -206,6 +209,7 @@ class ModelSide(Side):
                 session_timeout_ms=45_000,
                 heartbeat_interval_ms=5_000,
                 topics={topic: PARTITIONS},
+                assignor=assignor or "uniform",
             ),
             timers=self.timers,
         )
@@ -224,8 +228,16 @@ class ModelSide(Side):
 
 
 class KafkaSide(Side):
-    def __init__(self, conn: Any, tid: uuid.UUID, bootstrap: str, group: str, topic: str) -> None:
-        super().__init__()
+    def __init__(
+        self,
+        conn: Any,
+        tid: uuid.UUID,
+        bootstrap: str,
+        group: str,
+        topic: str,
+        assignor: str | None = None,
+    ) -> None:
+        super().__init__(assignor)
         self.conn = conn
         self.tid = tid
         self.bootstrap = bootstrap
@@ -336,10 +348,12 @@ async def _until_the_coordinator_sees(
     raise AssertionError(f"the group coordinator never assigned {topic}")
 
 
-async def run_both(broker: KafkaBroker, group: str, topic: str, script: list[Step]) -> None:
+async def run_both(
+    broker: KafkaBroker, group: str, topic: str, script: list[Step], assignor: str | None = None
+) -> None:
     from kgroup._runtime._connection import BrokerConnection
 
-    model = await ModelSide(group, topic).run(group, topic, script)
+    model = await ModelSide(group, topic, assignor).run(group, topic, script)
     host, port = broker.bootstrap.rsplit(":", 1)
     conn = await BrokerConnection.open(
         host, int(port), client_id="model-vs-kafka", timeout_ms=10_000
@@ -353,7 +367,7 @@ async def run_both(broker: KafkaBroker, group: str, topic: str, script: list[Ste
                 break
             await asyncio.sleep(0.2)
         await _until_the_coordinator_sees(conn, f"{group}-warm", topic)
-        side = KafkaSide(conn, tid, broker.bootstrap, group, topic)
+        side = KafkaSide(conn, tid, broker.bootstrap, group, topic, assignor)
         kafka = await side.run(group, topic, script)
     finally:
         await conn.aclose()
@@ -445,22 +459,76 @@ GROWTH: list[Step] = [
     Hb("b"),
 ]
 
-SCRIPTS = {"dynamic": DYNAMIC, "static": STATIC, "deadline": DEADLINE, "growth": GROWTH}
+#: The ``range`` server assignor: not sticky. A member whose id sorts first takes the low
+#: partitions from whoever had them; a static member sorts before every dynamic one; added
+#: partitions move every range (``ServerAssignor`` "range" in each join).
+RANGE: list[Step] = [
+    Hb("b", 0),  # b alone: everything
+    Hb("b", owned=ALL),
+    Hb("a", 0),  # a sorts first: it is to have 0-2, which b must revoke first
+    Hb("b", owned=ALL),  # b keeps 3-5
+    Hb("a", owned=()),  # nothing for a yet
+    Hb("b", owned=(3, 4, 5)),  # revoked: b moves on
+    Hb("a", owned=()),  # a gets 0-2
+    Hb("a", owned=(0, 1, 2)),
+    Hb("z", 0, instance="i0"),  # static z sorts before a and b: z 0-1, a 2-3, b 4-5
+    Hb("a", owned=(0, 1, 2)),  # a keeps 2
+    Hb("b", owned=(3, 4, 5)),  # b keeps 4-5
+    Hb("a", owned=(2,)),
+    Hb("b", owned=(4, 5)),
+    Hb("z", owned=(), instance="i0"),  # z gets 0-1
+    Hb("a", owned=(2,)),  # a gets 3
+    Hb("z", owned=(0, 1), instance="i0"),
+    Grow(PARTITIONS + 2),  # 8 over 3: z 0-2, a 3-5, b 6-7
+    Hb("z", owned=(0, 1), instance="i0"),
+    Hb("a", owned=(2, 3)),  # a keeps 3
+    Hb("b", owned=(4, 5)),  # b keeps nothing yet
+    Hb("a", owned=(3,)),
+    Hb("b", owned=()),  # b gets 6-7
+    Hb("z", owned=(0, 1), instance="i0"),  # z gets 2
+    Hb("a", owned=(3,)),  # a gets 4-5
+    Hb("z", -2, instance="i0"),  # z leaves for now: its place and partitions are kept
+    Hb("a", owned=(3, 4, 5)),
+    Hb("b", owned=(6, 7)),
+]
+
+SCRIPTS = {
+    "dynamic": DYNAMIC,
+    "static": STATIC,
+    "deadline": DEADLINE,
+    "growth": GROWTH,
+    "range": RANGE,
+}
+
+#: (script, server assignor): every script with Kafka's default (``uniform``), and those
+#: whose answers depend on the assignor with ``range`` too.
+CASES = [(name, None) for name in SCRIPTS if name != "range"] + [
+    ("dynamic", "range"),
+    ("growth", "range"),
+    ("range", "range"),
+]
 
 
-@pytest.mark.parametrize("name", list(SCRIPTS))
+@pytest.mark.parametrize(
+    ("name", "assignor"), CASES, ids=[f"{n}-{a or 'uniform'}" for n, a in CASES]
+)
 async def test_model_answers_as_kafka(
-    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, name: str
+    kafka_broker: KafkaBroker,
+    make_topic: Callable[..., str],
+    unique_group: str,
+    name: str,
+    assignor: str | None,
 ) -> None:
     script = SCRIPTS[name]
-    await run_both(kafka_broker, unique_group, make_topic(PARTITIONS), script)
+    await run_both(kafka_broker, unique_group, make_topic(PARTITIONS), script, assignor)
 
 
 def test_scripts_run_on_the_model_alone() -> None:
     """The model side of every script, with no broker (it must not raise, and the model's
     checks hold throughout)."""
-    for script in SCRIPTS.values():
-        side = ModelSide("g", "t")
+    for name, assignor in CASES:
+        script = SCRIPTS[name]
+        side = ModelSide("g", "t", assignor)
         answers = asyncio.run(side.run("g", "t", script))
         side.model.check()
         assert len(answers) == sum(isinstance(s, Hb) for s in script)

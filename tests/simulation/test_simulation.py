@@ -5,7 +5,7 @@ protocol (``_model.py``) and the KIP-848 ``consumer`` protocol (``_model_848.py`
 
 Each schedule draws its protocol and group kind from its seed (``_groups.py``). 20 in 100
 schedules are ``consumer``-protocol groups (``GroupMember(GroupConfig(...,
-group_protocol="consumer"))``, the broker assigning with a sticky balanced assignor). The
+group_protocol="consumer"))``, the broker assigning with ``uniform`` or ``range``). The
 other 80 are classic, in these shares (per 100 classic schedules): range 15, roundrobin
 10, sticky 10 and cooperative-sticky 20 (every member with that one assignor); upgrade 15,
 a consumer group in the middle of a rolling upgrade (range -> cooperative-sticky,range;
@@ -15,7 +15,9 @@ list), where restarted members come back upgraded; leader 15, ``kgroup.LeaderEle
 shards 15, ``kgroup.WorkSharding`` (4 in 5 of these two cooperative, the rest eager). The
 protocol is drawn from a stream of its own, so a classic seed has the kind it always had.
 3 in 10 consumer-protocol schedules also add partitions to topic ``t0`` during the faults
-(``grow_topic``, from a stream of its own too: ``_world848.plan_topic_growth``).
+(``grow_topic``, from a stream of its own too: ``_world848.plan_topic_growth``), and half
+of them have the broker assign with ``range`` instead of ``uniform`` (its own stream as
+well: ``_world.draw_remote_assignor``).
 
 Every schedule checks five invariants (the consumer protocol: 1 to 4):
 
@@ -248,6 +250,12 @@ class Summary:
             ),
         ]
         rows += [(f"schedules: {name}", f"{self.flavors.get(name, 0)}") for name in FLAVORS]
+        rows.append(
+            (
+                "schedules: consumer, server assignor range",
+                f"{self.events.get('range_assignor', 0)}",
+            )
+        )
         rows += [(f"faults: {kind}", f"{self.faults.get(kind, 0)}") for kind in FAULT_KINDS]
         width = max(len(k) for k, _ in rows)
         lines = [f"{k:<{width}}  {v}" for k, v in rows]
