@@ -45,11 +45,15 @@ differ from the 2024 sources (``test_model_vs_kafka_848.py`` keeps them compared
   bumped at once and the next heartbeat computes a target over every partition (Kafka
   does so at the next heartbeat after its metadata image changed; compared with Kafka by
   the ``growth`` script of ``test_model_vs_kafka_848.py``).
+- **A topic deleted** (the same method, without the topic): its partitions leave the
+  target, and each owner revokes them like any other before it moves to the new epoch
+  (compared with Kafka by the ``deletion`` script).
 
-Not modelled: regex subscriptions, topics created or deleted, rack awareness, classic
-members in a consumer group, the group size limit, assignment
-batching (interval 0), offsets. Every change is durable at once (the persisted record is
-the whole state): a coordinator that loads the group sees every answered change.
+Not modelled: regex subscriptions, topics created (or created again under their name,
+with a new id), rack awareness, classic members in a consumer group, the group size
+limit, assignment batching (interval 0), offsets. Every change is durable at once (the
+persisted record is the whole state): a coordinator that loads the group sees every
+answered change.
 
 :meth:`ConsumerGroupModel.check` is invariant 4 for these groups.
 """

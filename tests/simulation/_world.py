@@ -75,6 +75,7 @@ from ._world848 import (
     deterministic_member_ids,
     error_response_848,
     metadata_response,
+    plan_topic_deletion,
     plan_topic_growth,
     spin_guard,
     stable_bound_848_ms,
@@ -114,6 +115,7 @@ FAULT_KINDS = (
     "coordinator_move",
     "broker_restart",
     "grow_topic",
+    "delete_topic",
 )
 
 INJECTED_ERRORS: dict[type, tuple[int, ...]] = {
@@ -1248,6 +1250,7 @@ def _run_world(world: World, seed: int) -> Result:
     world.sched.at(fault_end, _heal, world)
     if params.kind.consumer_protocol:
         plan_topic_growth(world, seed, fault_start, fault_end)
+        plan_topic_deletion(world, seed, fault_start, fault_end)
 
     bound = params.stable_bound_ms
     settle = 2 * params.session_ms + params.max_poll_ms

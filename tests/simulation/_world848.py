@@ -57,6 +57,7 @@ __all__ = [
     "deterministic_member_ids",
     "error_response_848",
     "metadata_response",
+    "plan_topic_deletion",
     "plan_topic_growth",
     "spin_guard",
     "stable_bound_848_ms",
@@ -199,6 +200,36 @@ def plan_topic_growth(world: World, seed: int, start: float, end: float) -> None
     rng = random.Random(f"kgroup-sim-topics-{seed}")
     if rng.random() < GROWTH_PROBABILITY:
         world.sched.at(rng.uniform(start, end), grow_topic, world, "t0", rng.randint(1, 3))
+
+
+#: How likely a consumer-protocol schedule with a second topic deletes it in the fault
+#: window.
+DELETION_PROBABILITY = 0.3
+
+
+def plan_topic_deletion(world: World, seed: int, start: float, end: float) -> None:
+    """With :data:`DELETION_PROBABILITY`, a schedule with a second topic (``t1``) deletes it
+    at a random time in the fault window (the members stay subscribed to it by name).
+    Drawn from a stream of its own, like the growth."""
+    rng = random.Random(f"kgroup-sim-deletion-{seed}")
+    if "t1" in world.topics and rng.random() < DELETION_PROBABILITY:
+        world.sched.at(rng.uniform(start, end), delete_topic, world, "t1")
+
+
+def delete_topic(world: World, topic: str) -> None:
+    """DeleteTopics: Metadata no longer names the topic (its id is UNKNOWN_TOPIC_ID), and
+    the group's coordinator bumps the group epoch; the next target leaves its partitions
+    out, and each owner revokes them as it would any partition (Kafka 4.4.0 waits for the
+    owner to report them gone: the ``deletion`` script of ``test_model_vs_kafka_848.py``).
+    Like :func:`grow_topic`, the change waits for a coordinator that has the group."""
+    group = world.cluster.group
+    if not isinstance(group, ConsumerGroupModel):
+        world.sched.at(world.now + 50.0, delete_topic, world, topic)
+        return
+    world.count("delete_topic")
+    del world.topics[topic]
+    world.log("fault", f"topic {topic} deleted")
+    world.guard_model(group.topics_changed, dict(world.topics))
 
 
 def grow_topic(world: World, topic: str, extra: int) -> None:

@@ -14,7 +14,8 @@ The scripts: join, then revoke before assign (a second member waits for the part
 the first one revokes); the previous-epoch tolerance of spec §10.3 (and its limits); a
 dynamic member's rejoin at epoch 0 under its member id; leave (-1); a static member that
 leaves with -2 and is replaced by a new member id (and the UNRELEASED_INSTANCE_ID and
-FENCED_INSTANCE_ID answers around it); the revocation deadline.
+FENCED_INSTANCE_ID answers around it); the revocation deadline; partitions added; the
+subscribed topic deleted; and the ``range`` server assignor's moves.
 """
 
 from __future__ import annotations
@@ -75,7 +76,12 @@ class Grow:
     total: int
 
 
-Step = Hb | Wait | Grow
+@dataclass(frozen=True)
+class Delete:
+    """DeleteTopics: the subscribed topic is gone."""
+
+
+Step = Hb | Wait | Grow | Delete
 
 
 class Side:
@@ -112,6 +118,9 @@ class Side:
     async def grow(self, total: int) -> None:
         raise NotImplementedError
 
+    async def delete(self) -> None:
+        raise NotImplementedError
+
     def topic(self) -> uuid.UUID:
         raise NotImplementedError
 
@@ -124,6 +133,9 @@ class Side:
                 continue
             if isinstance(step, Grow):
                 await self.grow(step.total)
+                continue
+            if isinstance(step, Delete):
+                await self.delete()
                 continue
             seen = self.epochs.setdefault(step.member, [0])
             epoch = step.epoch
@@ -223,6 +235,9 @@ class ModelSide(Side):
     async def grow(self, total: int) -> None:
         self.model.topics_changed({self.topic_name: total})
 
+    async def delete(self) -> None:
+        self.model.topics_changed({})
+
     def topic(self) -> uuid.UUID:
         return topic_id(self.topic_name)
 
@@ -266,6 +281,21 @@ class KafkaSide(Side):
             await admin.close()
         await _until_the_coordinator_sees(
             self.conn, _same_shard(self.group), self.topic_name, partitions=total
+        )
+
+    async def delete(self) -> None:
+        """DeleteTopics, then until a throwaway group on the same shard is assigned
+        nothing of it: the group coordinator's metadata image no longer has it."""
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
+        await admin.start()
+        try:
+            await admin.delete_topics([self.topic_name])
+        finally:
+            await admin.close()
+        await _until_the_coordinator_sees(
+            self.conn, _same_shard(self.group), self.topic_name, partitions=0
         )
 
     def topic(self) -> uuid.UUID:
@@ -326,7 +356,8 @@ async def _until_the_coordinator_sees(
 ) -> None:
     """A topic just created (or grown) may not be in the group coordinator's metadata yet
     (a join then gets an empty assignment, or the old partitions): join a throwaway group
-    until it assigns the partitions (all ``partitions`` of them, when given)."""
+    until it assigns the partitions (all ``partitions`` of them, when given; none of them
+    when ``partitions`` is 0: the topic was deleted)."""
     for attempt in range(100):
         member = f"warm-{attempt}-{uuid.uuid4()}"
         join = ConsumerGroupHeartbeatRequest(
@@ -342,6 +373,8 @@ async def _until_the_coordinator_sees(
             leave = ConsumerGroupHeartbeatRequest(group_id=group, member_id=member, member_epoch=-1)
             await conn.request(leave, 10_000)
             got = sum(len(t.partitions) for t in resp.assignment or ())
+            if partitions == 0 and not got:
+                return
             if got and (partitions is None or got == partitions):
                 return
         await asyncio.sleep(0.2)
@@ -492,12 +525,34 @@ RANGE: list[Step] = [
     Hb("b", owned=(6, 7)),
 ]
 
+#: The subscribed topic deleted while two members own its partitions: the target drops
+#: them, and each member stays at its epoch until it reports them gone (as for any
+#: revocation; what the simulation's ``delete_topic`` relies on).
+DELETION: list[Step] = [
+    Hb("a", 0),
+    Hb("a", owned=ALL),
+    Hb("b", 0),
+    Hb("a", owned=ALL),  # asked to revoke three
+    Hb("a", owned=(0, 1, 2)),
+    Hb("b", owned=()),  # b gets them
+    Hb("b", owned=(3, 4, 5)),
+    Delete(),
+    Hb("a", owned=(0, 1, 2)),  # nothing left: revoke everything, same epoch
+    Hb("b", owned=(3, 4, 5)),
+    Hb("a", owned=(0, 1, 2)),  # still owned: still the same epoch
+    Hb("a", owned=()),  # released: the new epoch
+    Hb("b"),  # owned not sent: still counts as owning
+    Hb("b", owned=()),
+    Hb("c", 0),  # a newcomer gets nothing
+]
+
 SCRIPTS = {
     "dynamic": DYNAMIC,
     "static": STATIC,
     "deadline": DEADLINE,
     "growth": GROWTH,
     "range": RANGE,
+    "deletion": DELETION,
 }
 
 #: (script, server assignor): every script with Kafka's default (``uniform``), and those

@@ -15,7 +15,8 @@ list), where restarted members come back upgraded; leader 15, ``kgroup.LeaderEle
 shards 15, ``kgroup.WorkSharding`` (4 in 5 of these two cooperative, the rest eager). The
 protocol is drawn from a stream of its own, so a classic seed has the kind it always had.
 3 in 10 consumer-protocol schedules also add partitions to topic ``t0`` during the faults
-(``grow_topic``, from a stream of its own too: ``_world848.plan_topic_growth``), and half
+(``grow_topic``, from a stream of its own too: ``_world848.plan_topic_growth``), 3 in 10 of
+those with a second topic delete it then (``delete_topic``, ``plan_topic_deletion``), and half
 of them have the broker assign with ``range`` instead of ``uniform`` (its own stream as
 well: ``_world.draw_remote_assignor``).
 
