@@ -119,6 +119,13 @@ class ConsumerMemberBase:
         # it plus the broker's session timeout; a revoke is due within the rebalance
         # timeout of the heartbeat whose answer asked for it.
         self._session_proof: float | None = None
+        #: The session timeouts the broker may apply (learn_session_timeout): the
+        #: configured one is the ceiling; a raise read twice in a row waits in
+        #: ``_raise_seen``, then applies to proofs sent after ``_raised``'s time, while the
+        #: earlier proofs keep ``_raised``'s bound.
+        self._ceiling_ms = settings.session_timeout_ms
+        self._raise_seen: int | None = None
+        self._raised: tuple[int, float] | None = None
         #: Set when the lease ended early (fenced, poll timer); cleared by a new join.
         self._lease_ended = False
         self._revoke_deadline: float | None = None
@@ -240,7 +247,7 @@ class ConsumerMemberBase:
             return float("-inf")
         if self._session_proof is None:
             return float("-inf")
-        deadline = self._session_proof + self.settings.session_timeout_ms
+        deadline = self._session_proof + self._session_timeout_of(self._session_proof)
         if self._revoke_deadline is not None:
             deadline = min(deadline, self._revoke_deadline)
         # Past the poll deadline the member leaves the group, and the broker gives its
@@ -270,8 +277,16 @@ class ConsumerMemberBase:
             self.state in (S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)
             and self.member_epoch > 0
             and self._session_proof is not None
-            and now >= self._session_proof + self.settings.session_timeout_ms
+            and now >= self._session_proof + self._session_timeout_of(self._session_proof)
         )
+
+    def _session_timeout_of(self, proof: float) -> int:
+        """The session timeout that bounds a proof (a heartbeat's send time): the current
+        bound, or for a proof sent before the bound was last raised the one before it."""
+        raised = self._raised
+        if raised is not None and proof < raised[1]:
+            return raised[0]
+        return self.settings.session_timeout_ms
 
     def _end_lease(self, now: float) -> None:
         """The member stops trusting what it owns, now or at its lease deadline if that came
@@ -282,24 +297,47 @@ class ConsumerMemberBase:
             self._emit("member.lease_expired", deadline=min(until, now))
         self._lease_ended = True
 
-    def learn_session_timeout(self, broker_ms: int) -> int:
+    def learn_session_timeout(self, broker_ms: int, now: float | None = None) -> int:
         """Take the consumer session timeout the broker applies to this group (the runtime
         reads it with DescribeConfigs: the group's ``consumer.session.timeout.ms``, or the
-        broker's ``group.consumer.session.timeout.ms`` it falls back to).
+        broker's ``group.consumer.session.timeout.ms`` it falls back to), read at ``now``.
 
-        The lease then uses the smaller of it and the bound it had (at first the configured
-        ``consumer_session_timeout_ms``): this only ever lowers the bound, so a user setting
-        can make the lease more conservative than the broker, never longer. A value that is
-        not a positive integer changes nothing. Returns the bound now in effect; lowering it
-        may end the lease at once, which the next entry point notices (check_lease).
-        """
+        The lease never assumes more than the configured ``consumer_session_timeout_ms``
+        (a user setting can make it more cautious than the broker, never longer). Within
+        that ceiling:
+
+        - a value below the bound lowers it at once, for every proof held too (lowering it
+          may end the lease at once, which the next entry point notices: check_lease);
+        - a value above it is taken only when two reads in a row give it (the runtime reads
+          a minute apart: the change has long reached the group's coordinator by then),
+          and only for proofs from heartbeats sent after the second read: the broker
+          bounded the earlier ones by the timeout it had then.
+
+        A value that is not a positive integer changes nothing. Returns the bound now in
+        effect (for new proofs)."""
         before = self.settings.session_timeout_ms
         if isinstance(broker_ms, bool) or not isinstance(broker_ms, int) or broker_ms <= 0:
             return before
-        if broker_ms < before:
-            self.settings = replace(self.settings, session_timeout_ms=broker_ms)
+        wanted = min(broker_ms, self._ceiling_ms)
+        if wanted < before:
+            self.settings = replace(self.settings, session_timeout_ms=wanted)
+            self._raise_seen = None
+            self._raised = None  # the lower bound holds for every proof
             self._signals.wake_heartbeat = True
             self._signals.wake_poll = True
+        elif wanted > before and self._raise_seen == wanted and now is not None:
+            self.settings = replace(self.settings, session_timeout_ms=wanted)
+            self._raise_seen = None
+            earlier = self._raised
+            # Proofs sent before now keep the bound they had (the smaller one, when an
+            # earlier raise is still in its turn-over).
+            kept = before if earlier is None else min(before, earlier[0])
+            self._raised = (kept, now)
+            self._signals.wake_heartbeat = True
+        elif wanted > before:
+            self._raise_seen = wanted
+        else:
+            self._raise_seen = None
         self._emit(
             "member.session_timeout_learned",
             broker_ms=broker_ms,

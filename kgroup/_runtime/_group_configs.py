@@ -20,11 +20,13 @@ resolves the fallback itself. What Kafka 4.4.0 answers (checked on a broker):
 
 :class:`SessionTimeoutLearner` runs the read for the member's runtime
 (:mod:`._kip848`) in a task of its own, after the first heartbeat the broker answers
-without error, and hands the value to the core, which keeps the smaller of it and the
-bound it had (at first ``consumer_session_timeout_ms``). It reads again every
-:data:`REFRESH_MS`, so that a group config lowered later bounds the lease within about a
-minute. A first read that fails is logged once (``member.session_timeout_unknown``) and the
-configured value stays; a later one that fails is logged and tried again a minute later.
+without error, and hands the value to the core, which lowers its bound at once and
+raises it (never past ``consumer_session_timeout_ms``) only when two reads in a row agree
+(:meth:`~kgroup._core._kip848_base.ConsumerMemberBase.learn_session_timeout`). It reads
+again every :data:`REFRESH_MS`, so that a group config lowered later bounds the lease
+within about a minute. A first read that fails is logged once
+(``member.session_timeout_unknown``) and the configured value stays; a later one that
+fails is logged and tried again a minute later.
 """
 
 from __future__ import annotations
@@ -191,7 +193,7 @@ class SessionTimeoutLearner:
         self._attempts = 0
         self._read_again_at = self._shared.now() + REFRESH_MS
         with self._step() as core:
-            core.learn_session_timeout(learned)
+            core.learn_session_timeout(learned, self._shared.now())
 
     def _give_up(self, problem: str) -> None:
         """This read failed for good: a first one leaves the configured bound for the

@@ -1,7 +1,9 @@
 """The consumer-protocol lease learns the broker's session timeout (issue 14).
 
-- the core (:meth:`ConsumerMemberBase.learn_session_timeout`) only ever lowers the bound
-  its lease uses, and a lower bound applies to the proof it already holds;
+- the core (:meth:`ConsumerMemberBase.learn_session_timeout`) lowers the bound its lease
+  uses at once, for the proof it already holds too; it raises it (never past the
+  configured value) only when two reads in a row agree, and only for proofs sent after
+  the second;
 - :func:`group_session_timeout` reads ``consumer.session.timeout.ms`` from a GROUP's
   DescribeConfigs answer, and says why when it cannot;
 - the runtime reads it once after the first answered heartbeat, in a task of its own, and
@@ -97,12 +99,60 @@ def test_a_longer_broker_timeout_changes_nothing() -> None:
     ]
 
 
-def test_the_bound_only_goes_down() -> None:
+def test_one_read_never_raises_the_bound() -> None:
     h = Harness(settings={"session_timeout_ms": 45_000})
-    assert h.m.learn_session_timeout(30_000) == 30_000
-    assert h.m.learn_session_timeout(40_000) == 30_000
-    assert h.m.learn_session_timeout(6_000) == 6_000
+    assert h.m.learn_session_timeout(30_000, 0.0) == 30_000
+    assert h.m.learn_session_timeout(40_000, 60_000.0) == 30_000  # once: not yet
+    assert h.m.learn_session_timeout(6_000, 120_000.0) == 6_000  # lower: at once
+    assert h.m.learn_session_timeout(40_000, 180_000.0) == 6_000  # the run starts again
     assert h.m.settings.session_timeout_ms == 6_000
+
+
+def test_a_raise_read_twice_bounds_only_proofs_sent_after_the_second_read() -> None:
+    """The broker bounded a heartbeat it answered by the timeout it had then: a raise
+    applies from the next heartbeat on, and only once two reads (a minute apart in the
+    runtime) agree, so the change has surely reached the group's coordinator."""
+    h = Harness(settings={"session_timeout_ms": 45_000})
+    h.m.learn_session_timeout(10_000, 0.0)
+    ack = h.joined()
+    h.answer(ack, epoch=5)
+    assert h.m.valid_until == ack.sent_at + 10_000
+    h.at(ack.sent_at + 1_000)
+    assert h.m.learn_session_timeout(30_000, h.now) == 10_000  # first read of the raise
+    assert h.m.valid_until == ack.sent_at + 10_000
+    h.at(ack.sent_at + 2_000)
+    assert h.m.learn_session_timeout(30_000, h.now) == 30_000  # second: taken
+    assert h.m.valid_until == ack.sent_at + 10_000  # the proof held was sent before it
+    h.at(5_000.0)  # the next heartbeat at the interval
+    hb = h.send()
+    h.answer(hb, epoch=5)
+    assert hb.sent_at > ack.sent_at + 2_000
+    assert h.m.valid_until == hb.sent_at + 30_000
+    learned = [f for e, f in h.events if e == "member.session_timeout_learned"]
+    assert [f["session_timeout_ms"] for f in learned] == [10_000, 10_000, 30_000]
+
+
+def test_a_raise_stops_at_the_configured_value_and_a_lower_read_cancels_it() -> None:
+    h = Harness(settings={"session_timeout_ms": 20_000})
+    h.m.learn_session_timeout(6_000, 0.0)
+    h.m.learn_session_timeout(45_000, 1.0)
+    assert h.m.learn_session_timeout(45_000, 2.0) == 20_000  # the ceiling
+    h.m.learn_session_timeout(8_000, 3.0)  # lower: at once, for every proof
+    assert h.m.learn_session_timeout(12_000, 4.0) == 8_000
+    assert h.m.learn_session_timeout(10_000, 5.0) == 8_000  # not the same value twice
+    assert h.m.learn_session_timeout(10_000, 6.0) == 10_000
+
+
+def test_a_lower_read_applies_to_proofs_the_last_raise_left_on_the_old_bound() -> None:
+    h = Harness(settings={"session_timeout_ms": 45_000})
+    h.m.learn_session_timeout(10_000, 0.0)
+    ack = h.joined()
+    h.answer(ack, epoch=5)
+    h.m.learn_session_timeout(30_000, ack.sent_at + 1.0)
+    h.m.learn_session_timeout(30_000, ack.sent_at + 2.0)
+    assert h.m.valid_until == ack.sent_at + 10_000
+    h.m.learn_session_timeout(6_000, ack.sent_at + 3.0)
+    assert h.m.valid_until == ack.sent_at + 6_000
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 1.5, "6000", None])
