@@ -182,7 +182,7 @@ async def run(a: argparse.Namespace) -> None:
     config = GroupConfig(
         bootstrap_servers=a.bootstrap,
         group_id=a.group,
-        topics=[] if a.pattern else [a.topic],
+        topics=[] if a.pattern else a.topic.split(","),
         topic_pattern=a.pattern or None,
         group_instance_id=a.instance_id or None,
         **protocol,
@@ -335,7 +335,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--group", required=True)
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", required=True, help="a name, or names separated by commas")
     p.add_argument("--name", default="chaos-member")
     p.add_argument("--instance-id", default="")
     p.add_argument("--assignor", default="range", help="name, or names separated by commas")

@@ -273,6 +273,9 @@ class ChaosRunner:
             # Only this group's topic: its name is unique (the tag), has no character
             # special to a regex (Python's or RE2/J's), and ``.*`` matches "".
             argv += ["--pattern", self.topic + ".*"]
+        elif self.schedule.named_topics:
+            later = ",".join(self.topic + suffix for suffix in self.schedule.named_topics)
+            argv[argv.index("--topic") + 1] = f"{self.topic},{later}"
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p

@@ -37,11 +37,12 @@ Fault kinds (``Step.kind``: brokers; ``Step.args``):
   grows the group's topic to ``total`` partitions; the group must end up owning them all.
   Drawn apart from the other faults (:func:`_add_topic_changes`), never while the broker
   restarts.
-- ``create_topic`` (kafka, schedules with ``topic_changes`` and ``pattern`` and no Java or
-  confluent member; ``index``, ``partitions``): a second topic, named after the group's
-  topic with ``-INDEX`` appended, which the members' pattern then matches; the group must
-  end up owning its partitions too. Drawn like ``add_partitions``, from a generator of its
-  own.
+- ``create_topic`` (kafka, schedules with ``topic_changes`` and no Java or confluent
+  member: every one with ``pattern``, half the others; ``index``, ``partitions``): a
+  second topic, named after the group's topic with ``-INDEX`` appended, which the members'
+  pattern then matches, or which they subscribed to by name from the start
+  (:attr:`Schedule.named_topics`); the group must end up owning its partitions too. Drawn
+  like ``add_partitions``, from a generator of its own.
 - ``delete_topic`` (kafka, half the schedules with a ``create_topic`` step; ``index``):
   DeleteTopics removes that second topic again, at least 2 s after it was created; the
   group must end up owning the rest and nothing of it. Drawn from a generator of its own,
@@ -103,6 +104,7 @@ __all__ = [
     "FAULT_KINDS",
     "JAVA_ASSIGNORS",
     "JAVA_FAULTS",
+    "NAMED_TOPIC_PROBABILITY",
     "PROTOCOLS",
     "REMOTE_ASSIGNORS",
     "MemberSpec",
@@ -397,6 +399,15 @@ class Schedule:
         return {s.kind for s in self.steps}
 
     @property
+    def named_topics(self) -> tuple[str, ...]:
+        """The suffixes (``-2``) of the topics a ``create_topic`` step makes that the
+        kgroup members subscribe to by name from the start, before they exist (without a
+        pattern); empty otherwise."""
+        if self.pattern:
+            return ()
+        return tuple(f"-{st.arg('index')}" for st in self.steps if st.kind == "create_topic")
+
+    @property
     def java_slots(self) -> tuple[str, ...]:
         """The slots run by Kafka's Java consumer (empty: a kgroup-only group)."""
         return tuple(m.slot for m in self.members if m.java)
@@ -434,6 +445,7 @@ class Schedule:
             assignor = f"{self.assignor}-to-{self.remote_assignor}"
         topics = "topics-" if self.topic_changes else ""
         topics += "regex-" if self.pattern else ""
+        topics += "named-" if self.named_topics else ""
         return (
             f"{self.broker}-{protocol}{kind}-{assignor}-{len(self.members)}m-{java}{topics}"
             f"seed{self.seed}"
@@ -510,6 +522,8 @@ class Schedule:
             protocol += "; partitions added under the faults"
         if self.pattern:
             protocol += "; kgroup members subscribe with a pattern"
+        if self.named_topics:
+            protocol += "; kgroup members subscribe by name to a topic created later"
         lines = [
             f"schedule {self.label}: {self.partitions} partitions, members {members}{protocol}",
             f"  session {t.session_ms} ms, heartbeat {t.heartbeat_ms} ms, max poll "
@@ -683,7 +697,11 @@ def make_schedule(
         _roll_back(rng, line, max(t, main))
     if topic_changes:
         _add_topic_changes(random.Random(f"topics/{seed}"), line, main, n_partitions)
-        if pattern and not (java_members or confluent_members):
+        kgroup_only = not (java_members or confluent_members)
+        # A draw of its own: a schedule subscribed by name gets a topic created for it in
+        # half the cases, every other draw of the seed staying what it was.
+        named = random.Random(f"named-topic/{seed}").random() < NAMED_TOPIC_PROBABILITY
+        if kgroup_only and (pattern or named):
             _add_new_topic(random.Random(f"new-topic/{seed}"), line, main)
             _delete_new_topic(random.Random(f"delete-topic/{seed}"), line, main)
     return Schedule(
@@ -729,6 +747,10 @@ def _add_new_topic(rng: random.Random, line: _Timeline, window: float) -> None:
 
 #: How likely a schedule that creates a second topic deletes it again (``delete_topic``).
 DELETE_TOPIC_PROBABILITY = 0.5
+
+#: How likely a kgroup-only schedule with ``topic_changes`` and no pattern has its members
+#: subscribe by name to a second topic that a ``create_topic`` step makes later.
+NAMED_TOPIC_PROBABILITY = 0.5
 
 
 def _delete_new_topic(rng: random.Random, line: _Timeline, window: float) -> None:
