@@ -149,7 +149,8 @@ def run(a: argparse.Namespace) -> int:
         release(consumer, partitions)
 
     consumer = Consumer(consumer_config(a))
-    consumer.subscribe([a.topic], on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
+    topics = a.topic.split(",")
+    consumer.subscribe(topics, on_assign=on_assign, on_revoke=on_revoke, on_lost=on_lost)
     emit("started", pid=os.getpid())
     last: tuple[Any, ...] | None = None
     exit_code = 0
@@ -196,7 +197,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--bootstrap", required=True)
     p.add_argument("--group", required=True)
-    p.add_argument("--topic", required=True)
+    p.add_argument("--topic", required=True, help="a name, or names separated by commas")
     p.add_argument("--name", default="chaos-confluent")
     p.add_argument("--instance-id", default="")
     p.add_argument("--protocol", choices=("consumer", "classic"), default="consumer")

@@ -100,7 +100,8 @@ def confluent_argv(
 ) -> list[str]:
     """The command line of a confluent-kafka member in ``spec``'s slot on ``protocol``,
     configured like the kgroup members (max poll, request timeout, backoffs; the broker's
-    assignor, or on classic the schedule's assignor, session and heartbeat interval)."""
+    assignor, or on classic the schedule's assignor, session and heartbeat interval).
+    ``topic``: a name, or names separated by commas."""
     t = schedule.timeouts
     classic = (
         [

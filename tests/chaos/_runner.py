@@ -274,8 +274,7 @@ class ChaosRunner:
             # special to a regex (Python's or RE2/J's), and ``.*`` matches "".
             argv += ["--pattern", self.topic + ".*"]
         elif self.schedule.named_topics:
-            later = ",".join(self.topic + suffix for suffix in self.schedule.named_topics)
-            argv[argv.index("--topic") + 1] = f"{self.topic},{later}"
+            argv[argv.index("--topic") + 1] = self.topic_names()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p
@@ -330,7 +329,7 @@ class ChaosRunner:
             "--group",
             self.group,
             "--topic",
-            self.topic,
+            self.topic_names(),
             "--client-id",
             name,
             "--assignor",
@@ -385,13 +384,20 @@ class ChaosRunner:
         bootstrap = self.target.bootstrap_for(spec)
         argv = [
             *kill_with_parent_prefix(),
-            *confluent_argv(self.schedule, spec, name, bootstrap, self.group, self.topic, protocol),
+            *confluent_argv(
+                self.schedule, spec, name, bootstrap, self.group, self.topic_names(), protocol
+            ),
         ]
         log_path = self.workdir / f"{name}.log"
         proc = await spawn_process(argv, log_path)
         mp = self._track(spec, name, proc, log_path, f"confluent, direct, {protocol} protocol")
         mp.protocol = protocol
         return mp
+
+    def topic_names(self) -> str:
+        """What a member subscribed by name is given: the group's topic, and those the
+        schedule creates later (:attr:`~._schedule.Schedule.named_topics`), by commas."""
+        return ",".join([self.topic, *(self.topic + s for s in self.schedule.named_topics)])
 
     def current(self, slot: str) -> MemberProc | None:
         """The newest process of ``slot``."""

@@ -37,10 +37,11 @@ Fault kinds (``Step.kind``: brokers; ``Step.args``):
   grows the group's topic to ``total`` partitions; the group must end up owning them all.
   Drawn apart from the other faults (:func:`_add_topic_changes`), never while the broker
   restarts.
-- ``create_topic`` (kafka, schedules with ``topic_changes`` and no Java or confluent
-  member: every one with ``pattern``, half the others; ``index``, ``partitions``): a
-  second topic, named after the group's topic with ``-INDEX`` appended, which the members'
-  pattern then matches, or which they subscribed to by name from the start
+- ``create_topic`` (kafka, schedules with ``topic_changes``: every one with ``pattern``
+  and no Java or confluent member, half of those without ``pattern``; ``index``,
+  ``partitions``): a second topic, named after the group's topic with ``-INDEX``
+  appended, which the kgroup members' pattern then matches, or which every member (Java
+  and confluent ones too) subscribed to by name from the start
   (:attr:`Schedule.named_topics`); the group must end up owning its partitions too. Drawn
   like ``add_partitions``, from a generator of its own.
 - ``delete_topic`` (kafka, half the schedules with a ``create_topic`` step; ``index``):
@@ -400,9 +401,9 @@ class Schedule:
 
     @property
     def named_topics(self) -> tuple[str, ...]:
-        """The suffixes (``-2``) of the topics a ``create_topic`` step makes that the
-        kgroup members subscribe to by name from the start, before they exist (without a
-        pattern); empty otherwise."""
+        """The suffixes (``-2``) of the topics a ``create_topic`` step makes that every
+        member subscribes to by name from the start, before they exist (without a pattern);
+        empty otherwise."""
         if self.pattern:
             return ()
         return tuple(f"-{st.arg('index')}" for st in self.steps if st.kind == "create_topic")
@@ -523,7 +524,7 @@ class Schedule:
         if self.pattern:
             protocol += "; kgroup members subscribe with a pattern"
         if self.named_topics:
-            protocol += "; kgroup members subscribe by name to a topic created later"
+            protocol += "; members subscribe by name to a topic created later"
         lines = [
             f"schedule {self.label}: {self.partitions} partitions, members {members}{protocol}",
             f"  session {t.session_ms} ms, heartbeat {t.heartbeat_ms} ms, max poll "
@@ -701,7 +702,7 @@ def make_schedule(
         # A draw of its own: a schedule subscribed by name gets a topic created for it in
         # half the cases, every other draw of the seed staying what it was.
         named = random.Random(f"named-topic/{seed}").random() < NAMED_TOPIC_PROBABILITY
-        if kgroup_only and (pattern or named):
+        if (pattern and kgroup_only) or (named and not pattern):
             _add_new_topic(random.Random(f"new-topic/{seed}"), line, main)
             _delete_new_topic(random.Random(f"delete-topic/{seed}"), line, main)
     return Schedule(
@@ -748,8 +749,8 @@ def _add_new_topic(rng: random.Random, line: _Timeline, window: float) -> None:
 #: How likely a schedule that creates a second topic deletes it again (``delete_topic``).
 DELETE_TOPIC_PROBABILITY = 0.5
 
-#: How likely a kgroup-only schedule with ``topic_changes`` and no pattern has its members
-#: subscribe by name to a second topic that a ``create_topic`` step makes later.
+#: How likely a schedule with ``topic_changes`` and no pattern has its members (of every
+#: client) subscribe by name to a second topic that a ``create_topic`` step makes later.
 NAMED_TOPIC_PROBABILITY = 0.5
 
 

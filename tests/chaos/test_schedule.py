@@ -147,7 +147,7 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
             assert not s.static, "tansu stalls static groups (schedule_for)"
         allowed = set(WEIGHTS[broker]) | ({"roll"} if s.protocol in MIGRATIONS else set())
         allowed |= {"add_partitions"} if s.topic_changes else set()
-        new_topic = s.topic_changes and not s.foreign_slots
+        new_topic = s.topic_changes and not (s.pattern and s.foreign_slots)
         allowed |= {"create_topic", "delete_topic"} if new_topic else set()
         assert s.kinds() <= allowed, "a fault of another broker or protocol"
         assert list(s.steps) == sorted(s.steps, key=lambda st: st.at)
@@ -579,10 +579,10 @@ def test_half_the_new_topics_are_deleted_again_after_they_were_created() -> None
 
 def test_a_new_topic_comes_with_topic_changes_and_kgroup_members_only() -> None:
     """A ``create_topic`` step (one, ``{topic}-2``, 1 to 4 partitions) comes only with
-    ``topic_changes`` in a group without Java or confluent members, inside the window and
-    never while the broker restarts: in every such schedule with ``pattern`` (unless
-    restarts leave no time), in about half the others, whose members then subscribe to it
-    by name from the start (``named_topics``)."""
+    ``topic_changes``, inside the window and never while the broker restarts: in every
+    schedule with ``pattern`` and no Java or confluent member (unless restarts leave no
+    time), in about half those without ``pattern``, whose members (of every client) then
+    subscribe to it by name from the start (``named_topics``)."""
     kafka = [schedule_for("kafka", seed) for seed in range(1, 1200)]
     created = [s for s in kafka if "create_topic" in s.kinds()]
     assert len(created) > 10
@@ -591,7 +591,7 @@ def test_a_new_topic_comes_with_topic_changes_and_kgroup_members_only() -> None:
         steps = [st for st in s.steps if st.kind == "create_topic"]
         assert len(steps) <= 1
         if steps:
-            assert s.topic_changes and not s.foreign_slots
+            assert s.topic_changes and not (s.pattern and s.foreign_slots)
             assert s.named_topics == (() if s.pattern else ("-2",))
             assert steps[0].arg("index") == 2 and 1 <= steps[0].arg("partitions") <= 4
             assert 0 < steps[0].at < s.fault_window - 0.5
@@ -603,20 +603,21 @@ def test_a_new_topic_comes_with_topic_changes_and_kgroup_members_only() -> None:
             assert restarts >= 2, "no free second for it"
 
 
-def test_half_the_kgroup_only_groups_without_a_pattern_subscribe_by_name_to_a_later_topic(
+def test_half_the_groups_without_a_pattern_subscribe_by_name_to_a_later_topic(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Its own draw (``NAMED_TOPIC_PROBABILITY``): the label says ``named``, the printout
     says so, and without the new topic's steps the schedule is the one the seed had."""
     kafka = [schedule_for("kafka", seed) for seed in range(1, 1500)]
-    candidates = [s for s in kafka if s.topic_changes and not s.pattern and not s.foreign_slots]
+    candidates = [s for s in kafka if s.topic_changes and not s.pattern]
     named = [s for s in candidates if s.named_topics]
     assert 0.3 < len(named) / len(candidates) < 0.7, NAMED_TOPIC_PROBABILITY
-    assert {s.protocol for s in named} >= {"classic", "consumer"}
+    assert {s.protocol for s in named} >= {"classic", "consumer", "migration"}
+    assert any(s.java_slots for s in named) and any(s.confluent_slots for s in named)
     for s in named:
         assert "-named-" in s.label and "subscribe by name to a topic created later" in str(s)
         assert Schedule.from_json(s.to_json()) == s
-    assert not any(s.named_topics for s in kafka if s.pattern or s.foreign_slots)
+    assert not any(s.named_topics for s in kafka if s.pattern)
     monkeypatch.setattr(_schedule, "NAMED_TOPIC_PROBABILITY", 0.0)
     for s in named:
         before = schedule_for("kafka", s.seed)
