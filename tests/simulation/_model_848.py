@@ -48,9 +48,12 @@ differ from the 2024 sources (``test_model_vs_kafka_848.py`` keeps them compared
 - **A topic deleted** (the same method, without the topic): its partitions leave the
   target, and each owner revokes them like any other before it moves to the new epoch
   (compared with Kafka by the ``deletion`` script).
+- **A topic created** that the members subscribe to (the same method, with it): its
+  partitions join the target (compared with Kafka by the ``creation`` script, with
+  ``range``).
 
-Not modelled: regex subscriptions, topics created (or created again under their name,
-with a new id), rack awareness, classic members in a consumer group, the group size
+Not modelled: regex subscriptions, a topic created again under its name (a new id for a
+known name), rack awareness, classic members in a consumer group, the group size
 limit, assignment batching (interval 0), offsets. Every change is durable at once (the
 persisted record is the whole state): a coordinator that loads the group sees every
 answered change.

@@ -75,6 +75,7 @@ from ._world848 import (
     deterministic_member_ids,
     error_response_848,
     metadata_response,
+    plan_topic_creation,
     plan_topic_deletion,
     plan_topic_growth,
     spin_guard,
@@ -116,6 +117,7 @@ FAULT_KINDS = (
     "broker_restart",
     "grow_topic",
     "delete_topic",
+    "create_topic",
 )
 
 INJECTED_ERRORS: dict[type, tuple[int, ...]] = {
@@ -178,6 +180,9 @@ class Params:
     latency_ms: float
     #: the server assignor of a consumer-protocol group (``uniform`` or ``range``)
     remote_assignor: str = "uniform"
+    #: a topic the members of a consumer-protocol group subscribe to by name before it
+    #: exists, and its partition count when it is created in the fault window
+    later_topic: tuple[str, int] | None = None
 
     @property
     def join_timeout_ms(self) -> int:
@@ -220,6 +225,7 @@ class Params:
             f"p_drop={self.p_drop} p_dup={self.p_duplicate} p_delay={self.p_delay} "
             f"p_error={self.p_error}"
             + (f" remote_assignor={self.remote_assignor}" if self.kind.consumer_protocol else "")
+            + (f" later_topic={self.later_topic}" if self.later_topic else "")
         )
 
 
@@ -258,11 +264,26 @@ def draw_params(seed: int, rng: random.Random, flavor: str | None = None) -> Par
         p_error=0.0 if calm else rng.choice((0.0, 0.01, 0.05)),
         latency_ms=rng.choice((0.5, 2.0, 10.0)),
         remote_assignor=draw_remote_assignor(seed) if kind.consumer_protocol else "uniform",
+        later_topic=draw_later_topic(seed) if kind.consumer_protocol else None,
     )
 
 
 #: How likely a consumer-protocol schedule's group uses the ``range`` server assignor.
 RANGE_PROBABILITY = 0.5
+
+
+#: How likely a consumer-protocol schedule subscribes to a topic created in the window.
+LATER_TOPIC_PROBABILITY = 0.3
+
+
+def draw_later_topic(seed: int) -> tuple[str, int] | None:
+    """With :data:`LATER_TOPIC_PROBABILITY`, topic ``t2`` and its partition count (1 to 6):
+    the members subscribe to it from the start, and it is created during the faults
+    (``_world848.plan_topic_creation``). A stream of its own, like the assignor."""
+    rng = random.Random(f"kgroup-sim-later-topic-{seed}")
+    if rng.random() < LATER_TOPIC_PROBABILITY:
+        return ("t2", rng.randint(1, 6))
+    return None
 
 
 def draw_remote_assignor(seed: int) -> str:
@@ -1251,6 +1272,7 @@ def _run_world(world: World, seed: int) -> Result:
     if params.kind.consumer_protocol:
         plan_topic_growth(world, seed, fault_start, fault_end)
         plan_topic_deletion(world, seed, fault_start, fault_end)
+        plan_topic_creation(world, seed, fault_start, fault_end)
 
     bound = params.stable_bound_ms
     settle = 2 * params.session_ms + params.max_poll_ms

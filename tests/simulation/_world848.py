@@ -57,6 +57,7 @@ __all__ = [
     "deterministic_member_ids",
     "error_response_848",
     "metadata_response",
+    "plan_topic_creation",
     "plan_topic_deletion",
     "plan_topic_growth",
     "spin_guard",
@@ -88,7 +89,8 @@ def consumer_config(params: Params, slot: str, instance_id: str | None) -> Group
     return GroupConfig(
         bootstrap_servers="b0:9092",
         group_id="sim-group",
-        topics=tuple(t for t, _ in params.topics),
+        topics=tuple(t for t, _ in params.topics)
+        + ((params.later_topic[0],) if params.later_topic else ()),
         group_protocol="consumer",
         group_instance_id=instance_id,
         # Uniform is the broker's default: asked for by name only when it is range.
@@ -200,6 +202,31 @@ def plan_topic_growth(world: World, seed: int, start: float, end: float) -> None
     rng = random.Random(f"kgroup-sim-topics-{seed}")
     if rng.random() < GROWTH_PROBABILITY:
         world.sched.at(rng.uniform(start, end), grow_topic, world, "t0", rng.randint(1, 3))
+
+
+def plan_topic_creation(world: World, seed: int, start: float, end: float) -> None:
+    """A schedule whose members subscribe to a topic that does not exist yet
+    (``Params.later_topic``) creates it at a random time in the fault window (a stream of
+    its own)."""
+    later = world.params.later_topic
+    if later is not None:
+        rng = random.Random(f"kgroup-sim-creation-{seed}")
+        world.sched.at(rng.uniform(start, end), create_topic, world, *later)
+
+
+def create_topic(world: World, topic: str, partitions: int) -> None:
+    """CreateTopics of a topic the members subscribe to: Metadata names it (a new topic
+    id the members must look up), and the group's coordinator bumps the group epoch; the
+    next target shares its partitions out too. Like :func:`grow_topic`, the change waits
+    for a coordinator that has the group."""
+    group = world.cluster.group
+    if not isinstance(group, ConsumerGroupModel):
+        world.sched.at(world.now + 50.0, create_topic, world, topic, partitions)
+        return
+    world.count("create_topic")
+    world.topics[topic] = partitions
+    world.log("fault", f"topic {topic} created with {partitions} partitions")
+    world.guard_model(group.topics_changed, dict(world.topics))
 
 
 #: How likely a consumer-protocol schedule with a second topic deletes it in the fault
@@ -325,7 +352,7 @@ def stable_state_848(world: World) -> str | None:
         return f"target at epoch {group.assignment_epoch}, group at {group.group_epoch}"
     union: set[Any] = set()
     count = 0
-    names = {topic_id(t): t for t, _ in world.params.topics}
+    names = {topic_id(t): t for t in world.topics}
     for member_id, proc in ids.items():
         broker = group.members[member_id]
         if broker.state is not MemberState848.STABLE or broker.epoch != group.group_epoch:

@@ -16,7 +16,9 @@ shards 15, ``kgroup.WorkSharding`` (4 in 5 of these two cooperative, the rest ea
 protocol is drawn from a stream of its own, so a classic seed has the kind it always had.
 3 in 10 consumer-protocol schedules also add partitions to topic ``t0`` during the faults
 (``grow_topic``, from a stream of its own too: ``_world848.plan_topic_growth``), 3 in 10 of
-those with a second topic delete it then (``delete_topic``, ``plan_topic_deletion``), and half
+those with a second topic delete it then (``delete_topic``, ``plan_topic_deletion``), 3 in
+10 subscribe to a topic that does not exist yet and is created then (``create_topic``,
+``Params.later_topic``), and half
 of them have the broker assign with ``range`` instead of ``uniform`` (its own stream as
 well: ``_world.draw_remote_assignor``).
 
