@@ -543,9 +543,8 @@ DEADLINE: list[Step] = [
 ]
 
 
-#: Partitions added to the subscribed topic: the group epoch moves on and the new
-#: partitions are shared out (what the simulation's ``grow_topic`` relies on).
-GROWTH: list[Step] = [
+#: Two members join and share the topic 3/3 (the start of the scripts below).
+SHARED: list[Step] = [
     Hb("a", 0),
     Hb("a", owned=ALL),
     Hb("b", 0),
@@ -553,6 +552,13 @@ GROWTH: list[Step] = [
     Hb("a", owned=(0, 1, 2)),
     Hb("b", owned=()),  # b gets them
     Hb("b", owned=(3, 4, 5)),
+]
+
+
+#: Partitions added to the subscribed topic: the group epoch moves on and the new
+#: partitions are shared out (what the simulation's ``grow_topic`` relies on).
+GROWTH: list[Step] = [
+    *SHARED,
     Grow(PARTITIONS + 2),
     Hb("a", owned=(0, 1, 2)),  # a new epoch and a new assignment with a new partition
     Hb("b", owned=(3, 4, 5)),  # likewise the other
@@ -597,13 +603,7 @@ RANGE: list[Step] = [
 #: them, and each member stays at its epoch until it reports them gone (as for any
 #: revocation; what the simulation's ``delete_topic`` relies on).
 DELETION: list[Step] = [
-    Hb("a", 0),
-    Hb("a", owned=ALL),
-    Hb("b", 0),
-    Hb("a", owned=ALL),  # asked to revoke three
-    Hb("a", owned=(0, 1, 2)),
-    Hb("b", owned=()),  # b gets them
-    Hb("b", owned=(3, 4, 5)),
+    *SHARED,
     Delete(),
     Hb("a", owned=(0, 1, 2)),  # nothing left: revoke everything, same epoch
     Hb("b", owned=(3, 4, 5)),
@@ -619,13 +619,7 @@ DELETION: list[Step] = [
 #: the simulation's ``create_topic`` relies on); a member that joins later takes some of
 #: them once their owners revoke them.
 CREATION: list[Step] = [
-    Hb("a", 0),  # a subscribes to the topic and to one that does not exist yet
-    Hb("a", owned=ALL),
-    Hb("b", 0),
-    Hb("a", owned=ALL),  # asked to revoke three
-    Hb("a", owned=(0, 1, 2)),
-    Hb("b", owned=()),  # b gets them
-    Hb("b", owned=(3, 4, 5)),
+    *SHARED,  # subscribed to the topic and to one that does not exist yet
     Create(3),
     Hb("a", owned=(0, 1, 2)),  # a new epoch, with some of the new topic's partitions
     Hb("b", owned=(3, 4, 5)),
