@@ -43,7 +43,8 @@ from ._sched import Failure, Future, Handle
 from ._world848 import consumer_config
 
 if TYPE_CHECKING:
-    from ._world import Conn, World
+    from ._network import Conn
+    from ._world import World
 
 __all__ = ["Process", "ProcessLoop", "SimConnection", "SimTransport"]
 
