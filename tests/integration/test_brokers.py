@@ -4,6 +4,8 @@
   metadata.
 * Kafka: a restart keeps a group's committed offset (persistent log dir).
 * tansu: a restart loses topics (memory storage), as documented.
+* A member whose assignors include the group's common one but not its current protocol:
+  Kafka takes it in, tansu refuses it (INCONSISTENT_GROUP_PROTOCOL), as documented.
 * librdkafka mock cluster: an aiokafka group member joins, follows a coordinator move,
   sees a pushed error, and request tracking lists JoinGroup/SyncGroup/Heartbeat.
 * JavaMember: Kafka's Java consumer joins a group on Kafka, owns all 6 partitions, and
@@ -268,3 +270,39 @@ async def test_java_member_joins_and_leaves(
     # A graceful close sends LeaveGroup: the group is empty at once, no session expiry.
     group = await describe_group(kafka_broker.bootstrap, unique_group)
     assert group["members"] == []
+
+
+@pytest.mark.parametrize("broker", ["kafka", "tansu"], indirect=True)
+async def test_a_member_without_the_current_protocol_but_with_a_common_one(
+    broker: Broker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """A group runs ``cooperative-sticky`` (its one member also offers ``range``); a member
+    offering only ``range`` joins. Kafka takes it in (every member supports ``range``, which
+    the next rebalance selects); tansu 0.6.0 answers INCONSISTENT_GROUP_PROTOCOL, since it
+    checks the newcomer against the protocol the group runs (docs/design/brokers.md)."""
+    from kgroup.testing._members import MemberGroup
+    from tests.integration.conftest import group_config
+
+    topic = make_topic(4)
+    async with MemberGroup(check_ownership=False) as group:
+        both = group_config(broker, unique_group, topic, assignors=["cooperative-sticky", "range"])
+        first = await group.start(both)
+        await group.wait_until(
+            lambda: first.stable and len(first.assignment) == 4, timeout=60, what="the first"
+        )
+        second = await group.start(group_config(broker, unique_group, topic, assignors=["range"]))
+
+        def joined() -> bool:
+            runs_range = first.member.generation.protocol_name == "range"
+            return second.stable and bool(second.assignment) and first.stable and runs_range
+
+        await group.wait_until(
+            lambda: bool(second.errors) or joined(),
+            timeout=60,
+            what="the second member joined (the group on range) or refused",
+        )
+        refused = [type(e).__name__ for e in second.errors]
+        if isinstance(broker, KafkaBroker):
+            assert refused == [] and joined()
+        else:
+            assert refused[:1] == ["InconsistentGroupProtocol"]
