@@ -322,7 +322,9 @@ class ConsumerMemberBase:
         if wanted < before:
             self.settings = replace(self.settings, session_timeout_ms=wanted)
             self._raise_seen = None
-            self._raised = None  # the lower bound holds for every proof
+            if self._raised is not None and self._raised[0] >= wanted:
+                self._raised = None  # the lower bound holds for every proof
+            # else: proofs from before the last raise keep their smaller bound
             self._signals.wake_heartbeat = True
             self._signals.wake_poll = True
         elif wanted > before and self._raise_seen == wanted and now is not None:

@@ -143,6 +143,23 @@ def test_a_raise_stops_at_the_configured_value_and_a_lower_read_cancels_it() -> 
     assert h.m.learn_session_timeout(10_000, 6.0) == 10_000
 
 
+def test_a_lower_read_never_lengthens_a_proof_from_before_the_last_raise() -> None:
+    """Raised 6 s -> 20 s, then lowered to 10 s: a proof sent before the raise was bounded
+    by the broker at 6 s, and keeps that; newer ones get 10 s."""
+    h = Harness(settings={"session_timeout_ms": 45_000})
+    h.m.learn_session_timeout(6_000, 0.0)
+    ack = h.joined()
+    h.answer(ack, epoch=5)
+    h.m.learn_session_timeout(20_000, ack.sent_at + 1.0)
+    h.m.learn_session_timeout(20_000, ack.sent_at + 2.0)
+    assert h.m.learn_session_timeout(10_000, ack.sent_at + 3.0) == 10_000
+    assert h.m.valid_until == ack.sent_at + 6_000
+    h.at(5_000.0)
+    hb = h.send()
+    h.answer(hb, epoch=5)
+    assert h.m.valid_until == hb.sent_at + 10_000
+
+
 def test_a_lower_read_applies_to_proofs_the_last_raise_left_on_the_old_bound() -> None:
     h = Harness(settings={"session_timeout_ms": 45_000})
     h.m.learn_session_timeout(10_000, 0.0)
