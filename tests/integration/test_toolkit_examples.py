@@ -63,6 +63,13 @@ async def test_cut_off_member_hands_over(
     proxied_kafka.proxy.black_hole()  # `behind` hears nothing, says nothing
     await group_members.wait_stable(topic, 4, members=[direct])
     proxied_kafka.proxy.heal()  # it comes back: lost, then rejoined
+    # Under load (CI, 4 workers) wait_stable over both members once passed while `behind`
+    # held nothing and `direct` all 4, not traced yet: wait for both shares first.
+    await group_members.wait_until(
+        lambda: bool(behind.assignment) and bool(direct.assignment),
+        timeout=60,
+        what="both members hold partitions again",
+    )
     await group_members.wait_stable(topic, 4)
     assert behind.assignment and direct.assignment
     assert [e.callback for e in behind.events].count("on_partitions_lost") == 1
