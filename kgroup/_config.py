@@ -49,8 +49,7 @@ GROUP_PROTOCOLS = ("classic", "consumer")
 
 #: Settings of the classic protocol that the consumer protocol has no use for: the broker
 #: owns the session and heartbeat interval and assigns partitions itself (as Kafka's
-#: ConsumerConfig refuses them with group.protocol=consumer), and the handoff is a classic
-#: cooperative rebalance.
+#: ConsumerConfig refuses them with group.protocol=consumer).
 _CLASSIC_ONLY = {
     "session_timeout_ms": (
         DEFAULT_SESSION_TIMEOUT_MS,
@@ -65,7 +64,6 @@ _CLASSIC_ONLY = {
         ("range",),
         "the broker assigns partitions; choose its assignor with group_remote_assignor",
     ),
-    "handoff_on_close": (False, "a handoff is a classic cooperative rebalance"),
 }
 INT32_MAX = 2**31 - 1
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -169,9 +167,11 @@ class GroupConfig:
       (30000), ``close_timeout_ms`` (30000).
     - ``leave_group_on_close``: ``None`` (Kafka's rule: dynamic members leave, static ones
       do not), or ``True`` / ``False`` to choose explicitly (KIP-1092).
-    - ``handoff_on_close``: ``close()`` of a ``cooperative-sticky`` member that leaves first
-      hands its partitions off in one more rebalance, so the others get them at once
-      instead of at their next heartbeat (docs: "Closing"). Default ``False``.
+    - ``handoff_on_close``: ``close()`` of a member that leaves the group hands its
+      partitions off so the others get them at once instead of at their next heartbeat
+      (docs: "Closing"): a ``cooperative-sticky`` member in one more rebalance, a
+      consumer-protocol member by leaving just before the group's next heartbeat tick
+      (``close()`` then waits up to one heartbeat interval). Default ``False``.
     - ``client_id`` [client.id]: sent in every request header.
     - ``rack_id`` [client.rack]: sent in the subscription (v3).
     - ``isolate_heartbeat``: run the coordinator side (heartbeat task, coordinator
@@ -195,8 +195,8 @@ class GroupConfig:
       of the member's cluster. Default ``None``.
     - ``group_protocol`` [group.protocol]: ``"classic"`` (default) or ``"consumer"``
       (KIP-848: the broker assigns, members reconcile on their own). With ``"consumer"``,
-      ``session_timeout_ms``, ``heartbeat_interval_ms``, ``assignors`` and
-      ``handoff_on_close`` are refused (the broker owns them), and ``topic_pattern`` is
+      ``session_timeout_ms``, ``heartbeat_interval_ms`` and ``assignors`` are refused
+      (the broker owns them), and ``topic_pattern`` is
       sent to the broker, which matches it with RE2/J against whole topic names.
     - ``group_remote_assignor`` [group.remote.assignor]: the server assignor (``"uniform"``,
       ``"range"`` or a broker plug-in); ``None`` takes the broker's default. Consumer

@@ -104,6 +104,11 @@ class ConsumerMemberBase:
         #: The gap to the next pickup heartbeat (settings.pickup_first_ms), None when the
         #: member heartbeats at the broker's interval.
         self._pickup_gap: float | None = None
+        #: The wall clock minus the member's clock (ms), for the heartbeat grid; the
+        #: runtime keeps it current (0: the member's clock is the wall clock).
+        self.wall_offset_ms = 0.0
+        #: A close with a handoff releases at this time (None: at once).
+        self._release_at: float | None = None
         #: Counts joins: an answer or a reconciliation from before the latest join is stale.
         self._join_count = 0
         #: The first reconciliation after a join always runs (on_partitions_assigned fires

@@ -6,10 +6,11 @@ reports answers with :meth:`~HeartbeatDriver.on_heartbeat_response` or
 
 - none while UNSUBSCRIBED, FENCED, STALE or FATAL, or with no coordinator (then a lookup);
 - at once when LEAVING, or JOINING or ACKNOWLEDGING (unless a backoff is pending);
-- otherwise one broker interval after the previous send, except after an answer that
-  brought a new assignment (or the join): then at doubling gaps from
-  ``pickup_first_ms`` until the gap reaches the interval (pickup heartbeats: partitions
-  another member is still revoking arrive in the answer to one of them);
+- otherwise on the group's next grid tick (:mod:`._kip848_grid`; at most one broker
+  interval after the previous send), except after an answer that brought a new
+  assignment (or the join): then at doubling gaps from ``pickup_first_ms`` until the gap
+  reaches the interval (pickup heartbeats: partitions another member is still revoking
+  arrive in the answer to one of them);
 - the poll timer: when the application has not polled for ``max_poll_interval_ms``, the
   member sends a leave heartbeat (epoch -1, or -2 when static) without awaiting its answer,
   becomes STALE and releases its partitions as lost at the next poll, which rejoins.
@@ -40,6 +41,7 @@ from ._kip848_actions import (
     SendConsumerHeartbeat,
 )
 from ._kip848_base import ConsumerMemberBase, SentFields
+from ._kip848_grid import next_tick
 from ._kip848_reactions import HeartbeatReaction, heartbeat_reaction
 from ._kip848_state import ConsumerState, IdPartition
 from ._messages import FindCoordinatorRequest, FindCoordinatorResponse
@@ -438,7 +440,7 @@ class HeartbeatDriver(ConsumerMemberBase):
                 self._emit("member.assignment_received", partitions=len(target))
             if held - target and self._revoke_deadline is None:
                 self._revoke_deadline = sent.sent_at + self.settings.rebalance_timeout_ms
-        self._next_heartbeat_at = sent.sent_at + self._next_gap(changed)
+        self._next_heartbeat_at = sent.sent_at + self._next_gap(sent.sent_at, changed)
         reported = sent.request.topic_partitions is not None
         if self.target is not None and reported and not (fields.owned | self.owned) - self.target:
             # This answered heartbeat carried the member's partitions, none outside the
@@ -452,20 +454,30 @@ class HeartbeatDriver(ConsumerMemberBase):
         elif self.state is S.JOINING:
             self._set_state(S.STABLE, "joined without an assignment yet")
 
-    def _next_gap(self, changed: bool) -> float:
-        """The wait from this answered heartbeat's send to the next one: the interval, or
+    def _next_gap(self, sent_at: float, changed: bool) -> float:
+        """The wait from this answered heartbeat's send (at ``sent_at``) to the next one:
         the pickup gap, which starts over on a new assignment and doubles on every other
-        answer until it reaches the interval (deviations.md row 18)."""
+        answer until it reaches the interval (deviations.md row 18); otherwise until the
+        group's next grid tick (row 22), or one interval."""
         first = self.settings.pickup_first_ms
-        if first is None:
-            return self.heartbeat_interval_ms
-        if changed:
-            self._pickup_gap = float(first)
-        elif self._pickup_gap is not None:
-            self._pickup_gap *= 2
-        if self._pickup_gap is not None and self._pickup_gap >= self.heartbeat_interval_ms:
-            self._pickup_gap = None
-        return self.heartbeat_interval_ms if self._pickup_gap is None else self._pickup_gap
+        if first is not None:
+            if changed:
+                self._pickup_gap = float(first)
+            elif self._pickup_gap is not None:
+                self._pickup_gap *= 2
+            if self._pickup_gap is not None and self._pickup_gap >= self.heartbeat_interval_ms:
+                self._pickup_gap = None
+            if self._pickup_gap is not None:
+                return self._pickup_gap
+        if self.settings.heartbeat_grid and self.heartbeat_interval_ms > 0:
+            tick = next_tick(
+                sent_at,
+                group_id=self.settings.group_id,
+                interval_ms=self.heartbeat_interval_ms,
+                wall_offset_ms=self.wall_offset_ms,
+            )
+            return tick - sent_at
+        return self.heartbeat_interval_ms
 
     def _error(self, code: int, api: str, message: str | None) -> GroupError:
         return error_for_code(

@@ -36,7 +36,9 @@ from ._kip848_actions import (
     ResolveTopics,
 )
 from ._kip848_base import ConsumerMemberBase
+from ._kip848_grid import release_time
 from ._kip848_state import ConsumerState, IdPartition
+from ._messages_848 import LEAVE_EPOCH
 
 __all__ = ["PollDriver"]
 
@@ -60,9 +62,13 @@ class PollDriver(ConsumerMemberBase):
                 return self.poll_action(now)
             return ReleaseLost(self.named(self.owned), self._lost_reason)
         if self.state is S.PREPARE_LEAVING:
-            if self._reconciling is None:
-                return ReleaseOnLeave(self.named(self.owned), lost=self.member_epoch <= 0)
-            return PollIdle()
+            if self._reconciling is not None:
+                return PollIdle()
+            release_at = self._release_at
+            if release_at is not None and now < release_at and self.member_epoch > 0:
+                return PollIdle(release_at)  # a handoff: keep the partitions until then
+            self._release_at = None
+            return ReleaseOnLeave(self.named(self.owned), lost=self.member_epoch <= 0)
         if self.state is S.RECONCILING and self._reconciling is None:
             if self._awaits_heartbeat():
                 return PollIdle()  # woken by the heartbeat's answer
@@ -206,9 +212,14 @@ class PollDriver(ConsumerMemberBase):
 
     # -- leaving ---------------------------------------------------------------------------
 
-    def leave(self, now: float) -> bool:
+    def leave(self, now: float, *, handoff: bool = False, deadline: float | None = None) -> bool:
         """close() starts: release the partitions, then send the leave heartbeat. Returns
-        False when there is nothing to leave (never joined, already left, fatal)."""
+        False when there is nothing to leave (never joined, already left, fatal).
+
+        With ``handoff``, a member that will leave the group (epoch -1) and owns partitions
+        keeps them until ``handoff_lead_ms`` before the group's next grid tick, so that the
+        others take them over in the answers to their heartbeats on that tick
+        (:mod:`._kip848_grid`); not when the release would start after ``deadline``."""
         self._closing = True
         if self.state in (S.UNSUBSCRIBED, S.FATAL, S.LEAVING):
             return False
@@ -216,6 +227,27 @@ class PollDriver(ConsumerMemberBase):
             self.member_epoch = 0
         self._stale_after_leave = False
         self._lost_reason = None
+        self._release_at = None
+        st = self.settings
+        if (
+            handoff
+            and st.heartbeat_grid
+            and st.leave_epoch_on_close == LEAVE_EPOCH
+            and self.member_epoch > 0
+            and self.owned
+            and self.heartbeat_interval_ms > 0
+            and self.coordinator is not None
+        ):
+            release_at = release_time(
+                now,
+                group_id=st.group_id,
+                interval_ms=self.heartbeat_interval_ms,
+                wall_offset_ms=self.wall_offset_ms,
+                lead_ms=st.handoff_lead_ms,
+            )
+            if deadline is None or release_at < deadline:
+                self._release_at = release_at
+                self._emit("member.handoff_waiting", release_in_ms=round(release_at - now))
         self._set_state(S.PREPARE_LEAVING, "closing")
         return True
 

@@ -97,6 +97,11 @@ class ConsumerProtocolSettings:
       broker's interval, so that partitions another member is still revoking reach it in
       the answer to one of these rather than a whole interval later (None: only at the
       interval, as Kafka's client; deviations.md row 18).
+    - ``heartbeat_grid``: regular heartbeats fall on the group's grid (:mod:`._kip848_grid`,
+      deviations.md row 22); False: one interval after the previous send, as Kafka's client.
+    - ``handoff_lead_ms``: how long before a grid tick a close with a handoff starts
+      releasing its partitions, so that its leave heartbeat reaches the broker before the
+      others' heartbeats on that tick.
     - ``leave_epoch_on_close``: the epoch close() sends (-1 leave, -2 static member leaving
       for now) or None for no leave heartbeat (KIP-1092 "remain in group", dynamic member).
     """
@@ -115,6 +120,8 @@ class ConsumerProtocolSettings:
     request_timeout_ms: int = 30_000
     leave_epoch_on_close: int | None = -1
     pickup_first_ms: int | None = 25
+    heartbeat_grid: bool = True
+    handoff_lead_ms: int = 50
 
     @property
     def is_static(self) -> bool:

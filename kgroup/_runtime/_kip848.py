@@ -202,6 +202,7 @@ class ConsumerProtocolRuntime:
             due = stats.due
             lateness = stats.woke(now)
             with self._step() as core:
+                core.wall_offset_ms = shared.wall_offset_ms()
                 action = core.heartbeat_action(now)
             if isinstance(action, HeartbeatWait):
                 stats.waiting(action.until, now)
@@ -419,15 +420,21 @@ class ConsumerProtocolRuntime:
 
     async def close(self, errors: list[ListenerError], *, handoff: bool, deadline: float) -> None:
         """Release the partitions (revoked while the member has an epoch, lost otherwise),
-        then let the heartbeat task send the leave heartbeat, and wait until it has. There
-        is no handoff, and close()'s own timeout bounds the wait (``deadline`` unused).
+        then let the heartbeat task send the leave heartbeat, and wait until it has. With
+        ``handoff``, the release waits for the group's next heartbeat tick (the core's
+        ``leave``), if it can start within the first half of what is left before
+        ``deadline`` (seconds, the event loop's clock); close()'s own timeout bounds the
+        whole wait.
 
         A callback that raises here goes to ``errors``, which close() raises once the member
         is closed, as the classic member's does.
         """
         shared = self._shared
+        now = shared.now()
+        remaining_ms = (deadline - asyncio.get_running_loop().time()) * 1000.0
         with self._step() as core:
-            leaving = core.leave(shared.now())
+            core.wall_offset_ms = shared.wall_offset_ms()
+            leaving = core.leave(now, handoff=handoff, deadline=now + remaining_ms / 2)
         if not leaving:
             return
         while True:
@@ -439,7 +446,9 @@ class ConsumerProtocolRuntime:
                 continue
             if state is not S.PREPARE_LEAVING:
                 break
-            await self._wait_in_poll(None, shared.now() + 100.0)  # a reconciliation ends
+            # A reconciliation ends (its end wakes the poll), or a handoff's release is due.
+            until = action.until if isinstance(action, PollIdle) else None
+            await self._wait_in_poll(until, shared.now() + 100.0)
         if state is S.LEAVING and shared.seam is not None:
             shared.wake_hb()
             # The heartbeat task sets it, on the coordinator loop (a thread of its own in

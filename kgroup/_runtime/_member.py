@@ -476,8 +476,12 @@ class GroupMember:
         rebalance instead of up to a whole heartbeat interval. The rejoin takes up to three quarters
         of the budget (the others join it at their next heartbeat, so close() itself takes
         up to a heartbeat interval longer); on any failure, or under a leader that ignores
-        the mark, close() releases and leaves as without it. Do not poll() the member from
-        another task while it closes."""
+        the mark, close() releases and leaves as without it. A consumer-protocol member
+        that leaves (epoch -1) keeps its partitions until just before the group's next
+        heartbeat tick, then revokes and leaves, so the others take them over in the
+        answers to their heartbeats on that tick (close() takes up to one heartbeat
+        interval longer; deviations.md row 22). Do not poll() the member from another task
+        while it closes."""
         shared = self._shared
         if shared.lifecycle in (Lifecycle.CLOSED, Lifecycle.CLOSING):
             return

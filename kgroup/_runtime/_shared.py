@@ -116,6 +116,21 @@ class Shared:
                 clock = time.monotonic
         return clock() * 1000.0
 
+    def wall_offset_ms(self) -> float:
+        """The wall clock minus the member's clock, in ms (the heartbeat grid of the
+        consumer protocol). 0 when the member's clock is not the machine's monotonic clock
+        (a clock given for tests, an event loop with a virtual time): that clock is then
+        taken as the wall clock, which keeps such runs deterministic."""
+        if self._clock is None:
+            try:
+                loop_time = asyncio.get_running_loop().time()
+            except RuntimeError:
+                loop_time = time.monotonic()
+            mono = time.monotonic()
+            if abs(loop_time - mono) < 1.0:
+                return (time.time() - mono) * 1000.0
+        return 0.0
+
     @property
     def open(self) -> bool:
         return self.lifecycle is Lifecycle.OPEN

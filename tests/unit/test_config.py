@@ -201,7 +201,6 @@ def test_group_protocol_defaults_to_classic_and_rejects_others() -> None:
         ("session_timeout_ms", 10_000, "consumer_session_timeout_ms"),
         ("heartbeat_interval_ms", 1_000, "group.consumer.heartbeat.interval.ms"),
         ("assignors", ["cooperative-sticky"], "group_remote_assignor"),
-        ("handoff_on_close", True, "classic cooperative"),
     ],
 )
 def test_classic_only_settings_are_refused_with_the_consumer_protocol(
@@ -210,6 +209,12 @@ def test_classic_only_settings_are_refused_with_the_consumer_protocol(
     with pytest.raises(ConfigError, match=f"^{name}: not used with .*{why}") as err:
         _consumer(**{name: value})
     assert err.value.field == name
+
+
+def test_a_handoff_on_close_is_accepted_with_the_consumer_protocol() -> None:
+    assert _consumer(handoff_on_close=True).handoff_on_close is True
+    with pytest.raises(ConfigError, match="handoff_on_close: must be True or False"):
+        _consumer(handoff_on_close=1)
 
 
 def test_classic_only_settings_are_accepted_for_a_fallback() -> None:

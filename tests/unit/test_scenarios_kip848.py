@@ -76,8 +76,10 @@ class Harness:
                 "topics": ("t1", "t2"),
                 "max_poll_interval_ms": 300_000,
                 # The scenarios check the spec's (Kafka's) schedule; kgroup's pickup
-                # heartbeats (deviation 18) are tested on their own below.
+                # heartbeats (deviation 18) and heartbeat grid (deviation 22) are tested
+                # on their own.
                 "pickup_first_ms": None,
+                "heartbeat_grid": False,
                 **self.settings,
             }
         )
