@@ -25,7 +25,9 @@ assignment change with a ``time.time()`` stamp. Scenarios, per client and repeti
    with range (``kgroup``, ``aiokafka``) or with cooperative-sticky (``kgroup-coop``,
    ``confluent-coop``, ``kafka-python-coop``, ``java-coop``; ``--rolling-configs``);
    ``kgroup-coop-handoff`` is ``kgroup-coop`` whose members close with the handoff
-   (``GroupConfig.handoff_on_close``: rejoin marked as leaving, then revoke and leave).
+   (``GroupConfig.handoff_on_close``: rejoin marked as leaving, then revoke and leave), and
+   ``kgroup-848-handoff`` is ``kgroup-848`` with it (wait for the group's heartbeat tick,
+   then revoke and leave).
    ``kgroup-848``, ``java-848``, ``confluent-848`` run the KIP-848 consumer protocol (the
    broker's ``uniform`` assignor; ``_kip848.py``): their group gets ``--session-ms`` and
    ``--heartbeat-ms`` as its own consumer session and heartbeat interval first, so they
@@ -590,6 +592,7 @@ def run_idle(
 ROLLING_CONFIGS = (
     "kgroup-coop",
     "kgroup-coop-handoff",
+    "kgroup-848-handoff",
     "kgroup",
     "aiokafka",
     "confluent-coop",
@@ -622,6 +625,8 @@ def rolling_config(label: str) -> tuple[str, str]:
         return client, assignor
     if label == "kgroup-coop" + HANDOFF_SUFFIX:
         return "kgroup", "cooperative-sticky"
+    if label == "kgroup-848" + HANDOFF_SUFFIX:
+        return "kgroup-848", SERVER_ASSIGNOR
     if label in CLIENTS_848:  # the consumer protocol: the broker's assignor
         return label, SERVER_ASSIGNOR
     if label.endswith(COOP_SUFFIX):
@@ -1210,6 +1215,12 @@ def rolling_targets(results: dict[str, dict[str, Any]]) -> str:
     kip848 = ps("kgroup-848")
     if kip848 is not None:
         parts.append(f"kgroup-848 / kgroup-coop = {ratio(kip848, coop)} (target <= 0.50)")
+    handoff_848 = ps("kgroup-848" + HANDOFF_SUFFIX)
+    if handoff_848 is not None:
+        parts.append(
+            f"kgroup-848-handoff / kgroup-coop = {ratio(handoff_848, coop)} (target <= 0.50)"
+            + (f", / kgroup-coop-handoff = {ratio(handoff_848, handoff)}" if handoff else "")
+        )
     # Like for like: static members on both protocols (each restart keeps its partitions).
     static_848, static_coop = ps("kgroup-848" + STATIC_SUFFIX), ps("kgroup-coop" + STATIC_SUFFIX)
     if static_848 is not None:

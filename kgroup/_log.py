@@ -60,6 +60,7 @@ EventName = Literal[
     "member.poll_timeout_left",
     "member.handoff_started",
     "member.handoff_done",
+    "member.handoff_waiting",
     "member.leaving",
     "member.left_group",
     "member.leave_group_failed",
@@ -220,6 +221,12 @@ EVENTS: Mapping[EventName, EventInfo] = {
         "outcome partitions",
         "The handoff on close ended: handed_off (revoked once the others were told), or "
         "kept, failed, timed_out (close() then releases as without a handoff).",
+    ),
+    "member.handoff_waiting": _e(
+        "info",
+        "release_in_ms",
+        "Consumer protocol: close() keeps the partitions until just before the group's next "
+        "heartbeat tick, then revokes them and leaves (the handoff).",
     ),
     "member.leaving": _e("info", "reason send_leave_group", "The member leaves its generation."),
     "member.left_group": _e("info", "error_code", "LeaveGroup was answered."),

@@ -135,6 +135,10 @@ class ConsumerMemberBase:
         self._lease_ended = False
         self._revoke_deadline: float | None = None
         self._in_flight: tuple[SendConsumerHeartbeat, int, SentFields] | None = None
+        #: What the member reported owning in heartbeats that got no answer since the last
+        #: answered one (None: none such). The broker may have read them and taken the
+        #: partitions they left out as released (PollDriver._awaits_heartbeat).
+        self._unanswered_report: frozenset[IdPartition] | None = None
         #: The epoch of the next leave heartbeat, and whether the member is STALE after it
         #: (a poll-timer leave) rather than UNSUBSCRIBED (close()).
         self._leave_epoch = LEAVE_EPOCH
@@ -194,6 +198,7 @@ class ConsumerMemberBase:
         self._revoke_deadline = None
         self._hb_retry_at = 0.0
         self._lease_ended = False
+        self._unanswered_report = None
 
     def _fence(self, reason: str, now: float) -> None:
         """Fenced (§10.7), or the lease ran out: the partitions are lost; the poll driver
@@ -204,6 +209,7 @@ class ConsumerMemberBase:
         self.target = None
         self._sent = None
         self._revoke_deadline = None
+        self._unanswered_report = None
         self._hb_attempts = 0
         self._hb_retry_at = 0.0
         self._lost_reason = reason
@@ -245,8 +251,9 @@ class ConsumerMemberBase:
         """Until when the member may trust what it owns (None: it owns nothing). Minus
         infinity once it is fenced, stale or leaving without an epoch. The bounds: the
         session (the last answered heartbeat's send time plus the broker's session timeout),
-        a pending revoke's deadline, and the poll deadline."""
-        if not self.owned:
+        a pending revoke's deadline, and the poll deadline. Partitions a reconciliation is
+        installing count as owned: the assign callback has started with them."""
+        if not self._holding():
             return None
         if self.state not in IN_GROUP or self._lost_reason is not None or self._lease_ended:
             return float("-inf")
@@ -263,7 +270,7 @@ class ConsumerMemberBase:
         """Fence the member locally when its lease has run out: by then the broker may have
         removed it (session) or fenced it (revocation deadline) and given its partitions to
         another member."""
-        if not self.owned and self._session_lapsed(now):
+        if not self._holding() and self._session_lapsed(now):
             # Nothing owned, so no lease; but the broker has removed the member, and an
             # old target must not be installed now: rejoin.
             self._fence("session expired", now)
@@ -275,6 +282,13 @@ class ConsumerMemberBase:
                 self.member_epoch = 0  # the leave goes on, without a leave heartbeat
                 return
             self._fence("lease expired", now)
+
+    def _holding(self) -> frozenset[IdPartition]:
+        """What the member owns, and what a running reconciliation installs."""
+        reconciling = self._reconciling
+        if reconciling is None:
+            return self.owned
+        return self.owned | reconciling.owned_after
 
     def _session_lapsed(self, now: float) -> bool:
         """In the group with an epoch, and no answered heartbeat for a session timeout."""

@@ -247,9 +247,7 @@ class HeartbeatDriver(ConsumerMemberBase):
         started, so the member holds them). Reporting less would tell the broker the member
         released a partition it is taking up (a newer target may have dropped it meanwhile),
         and the broker would give it to another member at once."""
-        if self._reconciling is None:
-            return self.owned
-        return self.owned | self._reconciling.owned_after
+        return self._holding()
 
     def subscribe(self, topics: tuple[str, ...], topic_regex: str | None, now: float) -> bool:
         """Change the subscription (names, or a broker-side regex); the next heartbeat,
@@ -293,6 +291,11 @@ class HeartbeatDriver(ConsumerMemberBase):
         read): back off; on a disconnect forget the coordinator. The next one is full."""
         if not self._take_in_flight(sent):
             return
+        assert self._in_flight is not None
+        reported = self._in_flight[2].owned
+        if sent.request.topic_partitions is not None and sent.request.member_epoch > 0:
+            earlier = self._unanswered_report
+            self._unanswered_report = reported if earlier is None else earlier & reported
         self._in_flight = None
         self._sent = None
         self._refused_since = None  # the join may have reached the broker: a new window
@@ -412,6 +415,7 @@ class HeartbeatDriver(ConsumerMemberBase):
         self._hb_attempts = 0
         self._hb_retry_at = 0.0
         self._refused_since = None
+        self._unanswered_report = None  # this answer says what the broker made of them
         self._sent = fields
         if resp.member_id and resp.member_id != self.member_id:
             self._emit("member.member_id_changed", old=self.member_id, new=resp.member_id)

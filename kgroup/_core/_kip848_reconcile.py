@@ -94,13 +94,24 @@ class PollDriver(ConsumerMemberBase):
         whether they are still this member's. A reconciliation that only revokes never
         waits (a heartbeat that still reports a revoked partition only delays its handoff),
         nor does one behind a heartbeat that leaves its partitions out (Kafka then counts
-        what it assigned as owned)."""
-        if self._in_flight is None or self.target is None:
+        what it assigned as owned).
+
+        A heartbeat that reported the partitions without them and got no answer (timed out,
+        disconnected) may have been read all the same: the reconciliation then waits for
+        the next answered heartbeat, whose answer (a full one, after a failure) carries the
+        broker's view (seen in the simulation: the answer timed out, the member installed
+        the partition, and the broker had given it to another member on that heartbeat)."""
+        if self.target is None:
+            return False
+        adding = frozenset(p for p in self.target if p.topic_id in self.names) - self.owned
+        unanswered = self._unanswered_report
+        if unanswered is not None and not adding <= unanswered:
+            return True
+        if self._in_flight is None:
             return False
         sent, _, fields = self._in_flight
         if sent.request.topic_partitions is None:
             return False
-        adding = frozenset(p for p in self.target if p.topic_id in self.names) - self.owned
         return not adding <= fields.owned
 
     def rebalance_pending(self) -> bool:

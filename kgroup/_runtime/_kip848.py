@@ -438,6 +438,7 @@ class ConsumerProtocolRuntime:
         if not leaving:
             return
         while True:
+            shared.poll_wake.clear()
             with self._step() as core:
                 action = core.poll_action(shared.now())
                 state = core.state

@@ -329,9 +329,9 @@ class _Listener:
 
 def handoff_on_close(seed: int, holder: str) -> bool:
     """Whether this incarnation closes with the handoff (it matters to cooperative-sticky
-    members that leave): half of them, chosen from the seed and the holder's name without
-    drawing from the world's random stream, so the other choices of a seed stay as they
-    were."""
+    and to consumer-protocol members that leave): half of them, chosen from the seed and
+    the holder's name without drawing from the world's random stream, so the other
+    choices of a seed stay as they were."""
     return zlib.crc32(f"{seed}/{holder}/handoff".encode()) % 2 == 0
 
 
@@ -355,7 +355,9 @@ class Process:
             assignors = world.slot_assignors[slot]
             topics = tuple(t for t, _ in params.topics)
         self.config = (
-            consumer_config(params, slot, instance_id)
+            consumer_config(
+                params, slot, instance_id, handoff=handoff_on_close(params.seed, self.holder)
+            )
             if kind.consumer_protocol
             else GroupConfig(
                 bootstrap_servers="b0:9092",
@@ -541,6 +543,8 @@ class Process:
             world.log(self.holder, f"{event} {detail}")
         if event == "member.handoff_done":
             world.count_event(f"handoff_{fields['outcome']}")
+        if event == "member.handoff_waiting":
+            world.count_event("handoff_waiting")
         if event == "member.lease_expired":
             world.count_event("lease_expired")
             world.ownership.lease_expired(self.holder, fields["deadline"])

@@ -83,9 +83,12 @@ INJECTED_848: tuple[int, ...] = (
 )
 
 
-def consumer_config(params: Params, slot: str, instance_id: str | None) -> GroupConfig:
+def consumer_config(
+    params: Params, slot: str, instance_id: str | None, *, handoff: bool = False
+) -> GroupConfig:
     """A consumer-protocol member of schedule ``params`` (GroupConfig refuses the classic
-    fields: the broker owns the session, the interval and the assignment)."""
+    fields: the broker owns the session, the interval and the assignment); ``handoff``:
+    close() waits for the group's next heartbeat tick (deviations.md row 22)."""
     return GroupConfig(
         bootstrap_servers="b0:9092",
         group_id="sim-group",
@@ -101,6 +104,7 @@ def consumer_config(params: Params, slot: str, instance_id: str | None) -> Group
         max_poll_interval_ms=params.max_poll_ms,
         request_timeout_ms=params.request_timeout_ms,
         client_id=slot,
+        handoff_on_close=handoff,
     )
 
 

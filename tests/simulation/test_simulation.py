@@ -248,6 +248,10 @@ class Summary:
                 ),
             ),
             (
+                "consumer protocol: closes that waited for the heartbeat grid",
+                str(self.events.get("handoff_waiting", 0)),
+            ),
+            (
                 "cooperative: schedules by rebalances after membership settled",
                 " ".join(f"{n}:{c}" for n, c in sorted(self.cooperative.items())) or "-",
             ),

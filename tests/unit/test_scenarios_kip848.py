@@ -1129,3 +1129,74 @@ def test_a_reconciliation_waits_for_a_heartbeat_that_reports_partitions_without_
         assert h.m.take_signals().wake_poll  # the waiting poll() looks again
         h.drain()
         assert h.m.owned == {IdPartition(T1, 0), IdPartition(T1, 1)}
+
+
+@pytest.mark.parametrize("newer", [True, False], ids=["moved-away", "still-ours"])
+def test_a_reconciliation_waits_past_a_lost_answer_to_such_a_heartbeat(newer: bool) -> None:
+    """Simulation seed 927 (``--flavor consumer``, with the heartbeat grid): the full
+    heartbeat that reported the member's partitions without the one it was about to
+    install timed out; the broker had read it, taken that partition as released and given
+    it to another member. The member must not install it on the timeout: only the answer
+    to a later heartbeat (full, after the failure) says whether it is still its own."""
+    h = Harness()
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=5, assigned=assignment((T1, (0,))))
+    h.poll()  # installs t1-0
+    h.answer(h.send(), epoch=5)  # acknowledged
+    h.at(5_000)
+    h.answer(h.send(), epoch=6, assigned=assignment((T1, (0, 1))))  # t1-1 added
+    h.at(h.hb().until)
+    failed = h.send()
+    h.m.on_heartbeat_failed(failed, h.now, "connection reset", disconnected=False)
+    h.at(h.hb().until)
+    full = h.send()  # full, reporting t1-0 only
+    assert full.request.topic_partitions == assignment((T1, (0,)))
+    assert isinstance(h.poll(), PollIdle)
+    h.at(h.now + 8_000)
+    h.m.on_heartbeat_failed(full, h.now, "request timed out", disconnected=True)
+    assert isinstance(h.poll(), PollIdle)  # the broker may have read it: still waiting
+    assert not h.m.poll_work_pending()
+    assert h.m.owned == {IdPartition(T1, 0)}
+    h.found()
+    h.at(h.hb().until)
+    again = h.send()
+    assert again.request.topic_partitions == assignment((T1, (0,)))
+    h.at(h.now + 10)
+    if newer:  # the broker had given t1-1 to another member on the lost one
+        h.answer(again, epoch=7, assigned=assignment((T1, (0,))))
+        h.poll()
+        assert ("assigned", frozenset({TopicPartition("t1", 1)})) not in h.calls
+        assert h.m.owned == {IdPartition(T1, 0)}
+    else:
+        h.answer(again, epoch=6, assigned=assignment((T1, (0, 1))))
+        h.poll()
+        assert h.m.owned == {IdPartition(T1, 0), IdPartition(T1, 1)}
+
+
+def test_partitions_being_installed_are_under_the_lease() -> None:
+    """Simulation seed 1298 (``--flavor consumer``): the process paused inside its assign
+    callback for longer than the session; when it resumed, the core owned nothing yet (the
+    reconciliation had not ended), so it fenced itself for "session expired" without ending
+    a lease, and the partitions counted as held until the loss was released, after another
+    member had them. The partitions a reconciliation installs are under the lease: it has
+    a deadline while the callback runs, and running past it ends the lease there."""
+    h = Harness()
+    h.found()
+    h.poll()
+    join = h.send()
+    h.answer(join, epoch=5, assigned=assignment((T1, (0, 1))))
+    h.m.topics_resolved(NAMES, h.now)
+    h.m.polled(h.now)
+    action = h.m.poll_action(h.now)
+    assert isinstance(action, Reconcile)  # the assign callback starts, and runs on
+    session = h.m.settings.session_timeout_ms
+    assert h.m.valid_until == join.sent_at + session
+    h.at(join.sent_at + session + 5_000)  # the process resumes, past its session
+    h.hb()
+    assert h.state() is S.FENCED
+    expired = [f["deadline"] for e, f in h.events if e == "member.lease_expired"]
+    assert expired == [join.sent_at + session]
+    h.m.reconciled(action, h.now)  # the callback returns
+    h.drain()
+    assert h.calls[-1] == ("lost", tp("t1", 0, 1))
