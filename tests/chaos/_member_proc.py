@@ -35,6 +35,10 @@ system-wide on Linux, so every process of the run shares it) and ``event``:
 heartbeat and assignor options of the classic protocol are not used). Its ``generation``
 is the member epoch, which differs from member to member.
 
+``--handoff`` closes with ``handoff_on_close`` (the runner gives it to half the kgroup
+processes: ``handoff_for``): under classic cooperative-sticky a rejoin marked as leaving
+first, under the consumer protocol a wait for the group's next heartbeat tick.
+
 kgroup's own logs (structlog) go to stderr, which the runner writes to the member's log
 file. Run by hand::
 
@@ -192,6 +196,7 @@ async def run(a: argparse.Namespace) -> None:
         retry_backoff_max_ms=a.retry_backoff_max_ms,
         close_timeout_ms=a.close_timeout_ms,
         client_id=a.name,
+        handoff_on_close=a.handoff,
     )
     member: GroupMember
 
@@ -352,6 +357,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--revoke-work", type=float, default=0.0)
     p.add_argument("--metadata-max-age-ms", type=int, default=0, help="0: kgroup's default")
     p.add_argument("--pattern", default="", help="subscribe with this regex, not --topic")
+    p.add_argument("--handoff", action="store_true", help="close with handoff_on_close")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 

@@ -79,7 +79,7 @@ from ._kip848 import (
     why_not_stable_consumer,
 )
 from ._procs import MemberProc, RunResult, spawn_process
-from ._schedule import MemberSpec, Schedule, assignors_for, protocol_for
+from ._schedule import MemberSpec, Schedule, assignors_for, handoff_for, protocol_for
 from ._steps import StepDriver
 from ._target import Target
 from ._verdict import final_checks
@@ -269,6 +269,8 @@ class ChaosRunner:
         ]
         if self.schedule.topic_changes:
             argv += ["--metadata-max-age-ms", str(TOPIC_CHANGE_METADATA_MS)]
+        if handoff_for(self.schedule.seed, name):
+            argv.append("--handoff")
         if self.schedule.pattern:
             # Only this group's topic: its name is unique (the tag), has no character
             # special to a regex (Python's or RE2/J's), and ``.*`` matches "".

@@ -80,6 +80,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import zlib
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -112,6 +113,7 @@ __all__ = [
     "Schedule",
     "Step",
     "Timeouts",
+    "handoff_for",
     "make_schedule",
     "protocol_for",
 ]
@@ -153,6 +155,13 @@ def assignors_for(assignor: str, slot: str, incarnation: int) -> str:
     old, new = bounce
     odd = int(slot.lstrip("m") or 0) % 2 == 1
     return old if incarnation == 1 and odd else new
+
+
+def handoff_for(seed: int, name: str) -> bool:
+    """Whether the kgroup process ``name`` (``m2``, ``m2.3``) closes with the handoff
+    (``handoff_on_close``): half of them, from a hash of the seed and the name rather than
+    the schedule's random stream, so that every other draw of a seed stays as it was."""
+    return zlib.crc32(f"{seed}/{name}/handoff".encode()) % 2 == 0
 
 
 MEMBER_FAULTS = ("crash", "pause", "leave", "rejoin")
