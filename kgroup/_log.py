@@ -61,6 +61,7 @@ EventName = Literal[
     "member.handoff_started",
     "member.handoff_done",
     "member.handoff_waiting",
+    "member.handoff_cut_short",
     "member.leaving",
     "member.left_group",
     "member.leave_group_failed",
@@ -227,6 +228,12 @@ EVENTS: Mapping[EventName, EventInfo] = {
         "release_in_ms",
         "Consumer protocol: close() keeps the partitions until just before the group's next "
         "heartbeat tick, then revokes them and leaves (the handoff).",
+    ),
+    "member.handoff_cut_short": _e(
+        "info",
+        "reason",
+        "Consumer protocol: a close waiting to hand off releases at once (the broker asked "
+        "for some of its partitions back meanwhile).",
     ),
     "member.leaving": _e("info", "reason send_leave_group", "The member leaves its generation."),
     "member.left_group": _e("info", "error_code", "LeaveGroup was answered."),

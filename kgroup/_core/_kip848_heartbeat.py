@@ -430,6 +430,8 @@ class HeartbeatDriver(ConsumerMemberBase):
         if joined:
             self._emit("member.joined", heartbeat_interval_ms=self.heartbeat_interval_ms)
         changed = joined
+        if resp.assignment is not None and self.state is S.PREPARE_LEAVING:
+            self._handoff_answered(resp.assignment, sent.sent_at)
         if resp.assignment is not None and self.state is not S.PREPARE_LEAVING:
             target = frozenset(
                 IdPartition(t.topic_id, p) for t in resp.assignment for p in t.partitions
@@ -457,6 +459,21 @@ class HeartbeatDriver(ConsumerMemberBase):
             self._set_state(S.RECONCILING, "new target assignment")
         elif self.state is S.JOINING:
             self._set_state(S.STABLE, "joined without an assignment yet")
+
+    def _handoff_answered(self, assignment: tuple[TopicIdPartitions, ...], sent_at: float) -> None:
+        """An assignment reached a member waiting to hand off on close: if it takes back
+        something the member owns, the broker's revocation deadline runs from this
+        heartbeat, so the member stops waiting and releases at once (the lease keeps that
+        deadline until then)."""
+        if self._release_at is None:
+            return
+        target = frozenset(IdPartition(t.topic_id, p) for t in assignment for p in t.partitions)
+        if self.owned - target:
+            self._release_at = None
+            if self._revoke_deadline is None:
+                self._revoke_deadline = sent_at + self.settings.rebalance_timeout_ms
+            self._signals.wake_poll = True
+            self._emit("member.handoff_cut_short", reason="the broker revokes partitions")
 
     def _next_gap(self, sent_at: float, changed: bool) -> float:
         """The wait from this answered heartbeat's send (at ``sent_at``) to the next one:

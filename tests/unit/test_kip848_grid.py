@@ -48,15 +48,16 @@ def test_next_tick_is_the_first_grid_instant_after() -> None:
     assert all(0 <= p < INTERVAL for p in phases)
 
 
-def _stable(h: Harness, offset: float, join_at: float) -> None:
-    """Join at ``join_at`` (answered 10 ms later with t1-0), acknowledge, and answer it."""
+def _stable(h: Harness, offset: float, join_at: float, partitions: tuple[int, ...] = (0,)) -> None:
+    """Join at ``join_at`` (answered 10 ms later with t1-0, or ``partitions`` of t1),
+    acknowledge, and answer it."""
     h.m.wall_offset_ms = offset
     h.at(join_at)
     h.found()
     h.poll()
     join = h.send()
     h.at(join_at + 10)
-    h.answer(join, epoch=5, assigned=assignment((T1, (0,))))
+    h.answer(join, epoch=5, assigned=assignment((T1, partitions)))
     h.poll()
     ack = h.send()
     h.at(join_at + 20)
@@ -183,3 +184,28 @@ def test_a_member_fenced_while_it_waits_to_hand_off_releases_as_lost_at_once() -
     assert isinstance(released, ReleaseOnLeave) and released.lost
     h.m.leave_prepared(h.now)
     assert h.state() is ConsumerState.UNSUBSCRIBED  # no leave heartbeat without an epoch
+
+
+def test_a_revocation_asked_while_waiting_to_hand_off_releases_at_once() -> None:
+    """The broker takes a partition back (a newcomer's target) while the member waits for
+    the tick: its revocation deadline (the rebalance timeout) runs from that heartbeat,
+    and may be shorter than the wait, so the member releases everything at once."""
+    h = Harness(settings={**GRID, "pickup_first_ms": 25})
+    _stable(h, offset=0.0, join_at=0.0, partitions=(0, 1))
+    assert h.m.leave(h.now, handoff=True)
+    assert isinstance(h.m.poll_action(h.now), PollIdle)
+    while True:
+        action = h.hb()
+        if isinstance(action, HeartbeatWait):
+            h.at(action.until)
+            continue
+        break
+    assert isinstance(h.m.poll_action(h.now), PollIdle)  # still waiting
+    h.at(h.now + 2)
+    h.answer(action, epoch=5, assigned=assignment((T1, (0,))))  # t1-1 goes to a newcomer
+    assert "member.handoff_cut_short" in h.event_names()
+    rebalance_timeout = h.m.settings.rebalance_timeout_ms
+    assert h.m.valid_until is not None and h.m.valid_until <= action.sent_at + rebalance_timeout
+    released = h.m.poll_action(h.now)
+    assert isinstance(released, ReleaseOnLeave) and not released.lost
+    assert released.partitions == tp("t1", 0, 1)
