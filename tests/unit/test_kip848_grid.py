@@ -16,7 +16,12 @@ import random
 
 import pytest
 
-from kgroup._core._kip848_actions import HeartbeatWait, PollIdle, ReleaseOnLeave
+from kgroup._core._kip848_actions import (
+    HeartbeatWait,
+    PollIdle,
+    ReleaseOnLeave,
+    SendConsumerHeartbeat,
+)
 from kgroup._core._kip848_grid import grid_phase, next_tick, release_time
 from kgroup._core._kip848_state import ConsumerState
 from kgroup._errors import ErrorCode
@@ -168,17 +173,23 @@ def test_a_close_releases_at_once_when_no_handoff_applies(
     assert "member.handoff_waiting" not in h.event_names()
 
 
+def _next_send(h: Harness) -> SendConsumerHeartbeat:
+    """Move time on to the member's next heartbeat, and return it (unanswered)."""
+    while True:
+        action = h.hb()
+        if not isinstance(action, HeartbeatWait):
+            assert isinstance(action, SendConsumerHeartbeat)
+            return action
+        h.at(action.until)
+
+
 def test_a_member_fenced_while_it_waits_to_hand_off_releases_as_lost_at_once() -> None:
-    h = Harness(settings=GRID)
+    h = Harness(settings={**GRID, "pickup_first_ms": 25})  # a pickup heartbeat in the wait
     _stable(h, offset=0.0, join_at=0.0)
     assert h.m.leave(h.now, handoff=True)
     assert isinstance(h.m.poll_action(h.now), PollIdle)
-    while True:
-        action = h.hb()
-        if isinstance(action, HeartbeatWait):
-            h.at(action.until)
-            continue
-        break
+    action = _next_send(h)
+    assert isinstance(h.m.poll_action(h.now), PollIdle)  # still waiting
     h.answer(action, code=ErrorCode.FENCED_MEMBER_EPOCH)
     released = h.m.poll_action(h.now)
     assert isinstance(released, ReleaseOnLeave) and released.lost
@@ -194,12 +205,7 @@ def test_a_revocation_asked_while_waiting_to_hand_off_releases_at_once() -> None
     _stable(h, offset=0.0, join_at=0.0, partitions=(0, 1))
     assert h.m.leave(h.now, handoff=True)
     assert isinstance(h.m.poll_action(h.now), PollIdle)
-    while True:
-        action = h.hb()
-        if isinstance(action, HeartbeatWait):
-            h.at(action.until)
-            continue
-        break
+    action = _next_send(h)
     assert isinstance(h.m.poll_action(h.now), PollIdle)  # still waiting
     h.at(h.now + 2)
     h.answer(action, epoch=5, assigned=assignment((T1, (0,))))  # t1-1 goes to a newcomer

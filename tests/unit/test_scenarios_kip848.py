@@ -1087,19 +1087,10 @@ def test_pickup_off_and_after_a_failure_the_interval_rules() -> None:
     assert isinstance(wait, HeartbeatWait) and wait.until == again.sent_at + 5_000
 
 
-@pytest.mark.parametrize("newer", [True, False], ids=["moved-away", "still-ours"])
-def test_a_reconciliation_waits_for_a_heartbeat_that_reports_partitions_without_its_own(
-    newer: bool,
-) -> None:
-    """Simulation seeds 1234 and 1956 (``--flavor consumer``, partitions added under the
-    faults): a full heartbeat (after an error) reported the member's partitions; then the
-    poll path installed one more from its target before the broker read that heartbeat.
-    The broker took the missing partition as released and, under a newer target, gave it
-    to another member at once: two owners. A reconciliation that would take up partitions
-    the heartbeat in flight does not report now waits for its answer: either the
-    partition went to another member (it is never installed) or it is still this
-    member's (installed then)."""
-    h = Harness()
+def _adding_behind_a_full_report(h: Harness) -> SendConsumerHeartbeat:
+    """The member owns t1-0; its target adds t1-1 at epoch 6; a heartbeat fails, and the
+    full one after it (reporting t1-0 only) is in flight while ``poll()`` would install
+    t1-1: it waits. Returns that full heartbeat, unanswered."""
     h.found()
     h.poll()
     h.answer(h.send(), epoch=5, assigned=assignment((T1, (0,))))
@@ -1115,6 +1106,23 @@ def test_a_reconciliation_waits_for_a_heartbeat_that_reports_partitions_without_
     full = h.send()  # after an error: full, reporting t1-0 only
     assert full.request.topic_partitions == assignment((T1, (0,)))
     assert isinstance(h.poll(), PollIdle)  # t1-1 is not taken up while it is in flight
+    return full
+
+
+@pytest.mark.parametrize("newer", [True, False], ids=["moved-away", "still-ours"])
+def test_a_reconciliation_waits_for_a_heartbeat_that_reports_partitions_without_its_own(
+    newer: bool,
+) -> None:
+    """Simulation seeds 1234 and 1956 (``--flavor consumer``, partitions added under the
+    faults): a full heartbeat (after an error) reported the member's partitions; then the
+    poll path installed one more from its target before the broker read that heartbeat.
+    The broker took the missing partition as released and, under a newer target, gave it
+    to another member at once: two owners. A reconciliation that would take up partitions
+    the heartbeat in flight does not report now waits for its answer: either the
+    partition went to another member (it is never installed) or it is still this
+    member's (installed then)."""
+    h = Harness()
+    full = _adding_behind_a_full_report(h)
     assert h.m.owned == {IdPartition(T1, 0)}
     assert not h.m.poll_work_pending()
     h.at(h.now + 10)
@@ -1139,20 +1147,7 @@ def test_a_reconciliation_waits_past_a_lost_answer_to_such_a_heartbeat(newer: bo
     it to another member. The member must not install it on the timeout: only the answer
     to a later heartbeat (full, after the failure) says whether it is still its own."""
     h = Harness()
-    h.found()
-    h.poll()
-    h.answer(h.send(), epoch=5, assigned=assignment((T1, (0,))))
-    h.poll()  # installs t1-0
-    h.answer(h.send(), epoch=5)  # acknowledged
-    h.at(5_000)
-    h.answer(h.send(), epoch=6, assigned=assignment((T1, (0, 1))))  # t1-1 added
-    h.at(h.hb().until)
-    failed = h.send()
-    h.m.on_heartbeat_failed(failed, h.now, "connection reset", disconnected=False)
-    h.at(h.hb().until)
-    full = h.send()  # full, reporting t1-0 only
-    assert full.request.topic_partitions == assignment((T1, (0,)))
-    assert isinstance(h.poll(), PollIdle)
+    full = _adding_behind_a_full_report(h)
     h.at(h.now + 8_000)
     h.m.on_heartbeat_failed(full, h.now, "request timed out", disconnected=True)
     assert isinstance(h.poll(), PollIdle)  # the broker may have read it: still waiting
