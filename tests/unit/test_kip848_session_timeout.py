@@ -143,15 +143,23 @@ def test_a_raise_stops_at_the_configured_value_and_a_lower_read_cancels_it() -> 
     assert h.m.learn_session_timeout(10_000, 6.0) == 10_000
 
 
+def _joined_then_raised(h: Harness, first_ms: int, raised_ms: int) -> Any:
+    """Learn ``first_ms``, join (acknowledged and answered), then read ``raised_ms`` twice
+    (1 and 2 ms after the acknowledgement was sent): the raise applies to later proofs.
+    Returns the acknowledgement."""
+    h.m.learn_session_timeout(first_ms, 0.0)
+    ack = h.joined()
+    h.answer(ack, epoch=5)
+    h.m.learn_session_timeout(raised_ms, ack.sent_at + 1.0)
+    h.m.learn_session_timeout(raised_ms, ack.sent_at + 2.0)
+    return ack
+
+
 def test_a_lower_read_never_lengthens_a_proof_from_before_the_last_raise() -> None:
     """Raised 6 s -> 20 s, then lowered to 10 s: a proof sent before the raise was bounded
     by the broker at 6 s, and keeps that; newer ones get 10 s."""
     h = Harness(settings={"session_timeout_ms": 45_000})
-    h.m.learn_session_timeout(6_000, 0.0)
-    ack = h.joined()
-    h.answer(ack, epoch=5)
-    h.m.learn_session_timeout(20_000, ack.sent_at + 1.0)
-    h.m.learn_session_timeout(20_000, ack.sent_at + 2.0)
+    ack = _joined_then_raised(h, 6_000, 20_000)
     assert h.m.learn_session_timeout(10_000, ack.sent_at + 3.0) == 10_000
     assert h.m.valid_until == ack.sent_at + 6_000
     h.at(5_000.0)
@@ -162,11 +170,7 @@ def test_a_lower_read_never_lengthens_a_proof_from_before_the_last_raise() -> No
 
 def test_a_lower_read_applies_to_proofs_the_last_raise_left_on_the_old_bound() -> None:
     h = Harness(settings={"session_timeout_ms": 45_000})
-    h.m.learn_session_timeout(10_000, 0.0)
-    ack = h.joined()
-    h.answer(ack, epoch=5)
-    h.m.learn_session_timeout(30_000, ack.sent_at + 1.0)
-    h.m.learn_session_timeout(30_000, ack.sent_at + 2.0)
+    ack = _joined_then_raised(h, 10_000, 30_000)
     assert h.m.valid_until == ack.sent_at + 10_000
     h.m.learn_session_timeout(6_000, ack.sent_at + 3.0)
     assert h.m.valid_until == ack.sent_at + 6_000
