@@ -176,6 +176,7 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
         (aiokafka asserts, ignores the error code and accepts negative versions)."""
         self.version_lookup_sent = True
         self.transport = self._writer.transport
+        _retrieve_on_close(self.transport)
         response = await self.send(ApiVersionRequest())
         label = request_label(response)
         problem = None
@@ -251,6 +252,24 @@ class StrictConnection(AIOKafkaConnection):  # type: ignore[misc]  # aiokafka is
         )
         self.announced = None
         self.close(reason=CloseReason.OUT_OF_SYNC)
+
+
+def _retrieve_on_close(transport: asyncio.BaseTransport) -> None:
+    """Mark the failure the stream's protocol records when the connection is lost (its
+    ``_closed`` future: a reset is a ``ConnectionResetError``) as seen once it is set.
+    asyncio's ``StreamReaderProtocol.__del__`` does that too, but when the protocol and the
+    future are collected in one garbage cycle the future's own finalizer may run first and
+    log "Future exception was never retrieved" (the chaos suite saw it on a member behind
+    a proxy that reset its connections). Nobody awaits that future: aiokafka waits on its
+    own."""
+    closed = getattr(transport.get_protocol(), "_closed", None)
+    if isinstance(closed, asyncio.Future):
+        closed.add_done_callback(_seen)
+
+
+def _seen(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _bad_size(size: int) -> str:

@@ -161,7 +161,12 @@ async def run(a: argparse.Namespace) -> None:
 
     def on_loop_error(_loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
-        loop_errors.append(f"{context.get('message')}: {exc!r}")
+        where = context.get("future") or context.get("task") or context.get("handle")
+        made = context.get("source_traceback")  # with PYTHONASYNCIODEBUG=1
+        origin = f" made at {made[-1].filename}:{made[-1].lineno}" if made else ""
+        loop_errors.append(
+            f"{context.get('message')}: {exc!r}" + (f" ({where!r}{origin})" if where else "")
+        )
 
     loop.set_exception_handler(on_loop_error)
     baseline = open_sockets()  # the loop's self-pipe and whatever the runtime opened
