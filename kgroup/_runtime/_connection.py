@@ -46,7 +46,7 @@ from .._errors import (
 )
 from .._log import logger
 from .._protocol._direct import encode_direct
-from ._framing import StrictConnection, log_protocol_error, request_label
+from ._framing import StrictConnection, log_protocol_error, request_label, retrieved
 
 __all__ = ["BrokerConnection", "Cluster", "SupportsRequest"]
 
@@ -80,11 +80,6 @@ class Pending:
         self.label = label
         self.timeout_ms = timeout_ms
         self.decode = decode
-
-
-def _retrieved(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()  # marks a failure as seen: nobody may be waiting any more
 
 
 class _RedactSaslTokens(logging.Filter):
@@ -334,7 +329,7 @@ class BrokerConnection:
         except (KafkaError, OSError, ValueError) as exc:
             self.close()
             raise CoordinatorError(f"{label} to {self.where} failed: {_describe(exc)}") from exc
-        answer.add_done_callback(_retrieved)  # the caller may be cancelled before awaiting
+        answer.add_done_callback(retrieved)  # the caller may be cancelled before awaiting
         return Pending(answer, label, timeout_ms, decode)
 
     async def _await(self, pending: Pending) -> Any:

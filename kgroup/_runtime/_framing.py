@@ -38,7 +38,13 @@ from .._protocol._direct import DirectRequest, request_header
 from .._protocol._primitives import parse_response_header
 from .._protocol._versions import API_NAMES
 
-__all__ = ["MAX_RESPONSE_BYTES", "StrictConnection", "log_protocol_error", "request_label"]
+__all__ = [
+    "MAX_RESPONSE_BYTES",
+    "StrictConnection",
+    "log_protocol_error",
+    "request_label",
+    "retrieved",
+]
 
 #: The largest response frame kgroup reads (Kafka's own ``socket.request.max.bytes`` default,
 #: 100 MiB). A group or metadata answer is far smaller; a larger size prefix is corruption.
@@ -264,10 +270,12 @@ def _retrieve_on_close(transport: asyncio.BaseTransport) -> None:
     own."""
     closed = getattr(transport.get_protocol(), "_closed", None)
     if isinstance(closed, asyncio.Future):
-        closed.add_done_callback(_seen)
+        closed.add_done_callback(retrieved)
 
 
-def _seen(fut: asyncio.Future[Any]) -> None:
+def retrieved(fut: asyncio.Future[Any]) -> None:
+    """A done callback that marks a future's failure as seen: nobody may be waiting any
+    more."""
     if not fut.cancelled():
         fut.exception()
 
