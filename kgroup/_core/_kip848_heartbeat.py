@@ -430,12 +430,16 @@ class HeartbeatDriver(ConsumerMemberBase):
         if joined:
             self._emit("member.joined", heartbeat_interval_ms=self.heartbeat_interval_ms)
         changed = joined
-        if resp.assignment is not None and self.state is S.PREPARE_LEAVING:
-            self._handoff_answered(resp.assignment, sent.sent_at)
-        if resp.assignment is not None and self.state is not S.PREPARE_LEAVING:
-            target = frozenset(
+        target = (
+            None
+            if resp.assignment is None
+            else frozenset(
                 IdPartition(t.topic_id, p) for t in resp.assignment for p in t.partitions
             )
+        )
+        if target is not None and self.state is S.PREPARE_LEAVING:
+            self._handoff_answered(target, sent.sent_at)
+        elif target is not None:
             # The broker counts as the member's what it last assigned it, installed or not
             # (Kafka's CurrentAssignmentBuilder): a target that drops any of it starts the
             # broker's revocation deadline, even for partitions the member never installed.
@@ -460,14 +464,13 @@ class HeartbeatDriver(ConsumerMemberBase):
         elif self.state is S.JOINING:
             self._set_state(S.STABLE, "joined without an assignment yet")
 
-    def _handoff_answered(self, assignment: tuple[TopicIdPartitions, ...], sent_at: float) -> None:
+    def _handoff_answered(self, target: frozenset[IdPartition], sent_at: float) -> None:
         """An assignment reached a member waiting to hand off on close: if it takes back
         something the member owns, the broker's revocation deadline runs from this
         heartbeat, so the member stops waiting and releases at once (the lease keeps that
         deadline until then)."""
         if self._release_at is None:
             return
-        target = frozenset(IdPartition(t.topic_id, p) for t in assignment for p in t.partitions)
         if self.owned - target:
             self._release_at = None
             if self._revoke_deadline is None:
