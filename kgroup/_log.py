@@ -99,6 +99,7 @@ EventName = Literal[
     "consumer.commit_failed",
     "consumer.auto_commit_failed",
     "consumer.records_dropped",
+    "consumer.batch_unfinished",
     "consumer.closed",
     "connection.protocol_error",
     "connection.unknown_error_code",
@@ -341,6 +342,12 @@ EVENTS: Mapping[EventName, EventInfo] = {
     "consumer.auto_commit_failed": _e("warning", "error", "An auto-commit failed."),
     "consumer.records_dropped": _e(
         "debug", "partition count", "Fetched records dropped: their partition is not owned."
+    ),
+    "consumer.batch_unfinished": _e(
+        "warning",
+        "partitions waited_s",
+        "Partitions were released while another task still had a batch of theirs in hand: "
+        "they are committed from the batch's first records.",
     ),
     "consumer.closed": _e("info", "records_delivered commits_ok commits_failed", "Closed."),
     "connection.protocol_error": _e(

@@ -161,6 +161,15 @@ class GroupConsumer(_ConsumerFetch):
         self._started = False
         self._closing = False
         self._closed = False
+        # The drain (``_consumer_drain``): close() in a handoff while another task fetches.
+        self._draining = False
+        self._drain_over = asyncio.Event()
+        self._fetcher: asyncio.Task[Any] | None = None
+        self._in_hand: dict[TopicPartition, int] = {}
+        self._back = asyncio.Event()
+        self._back.set()
+        budget_ms = min(config.close_timeout_ms, config.request_timeout_ms)
+        self._batch_wait = budget_ms / 4000.0
         self._poll_lock = asyncio.Lock()
         self._unsettled: tuple[asyncio.Future[Any], ...] = ()
         self._poll_slice = config.max_poll_interval_ms / 2000.0
@@ -220,6 +229,12 @@ class GroupConsumer(_ConsumerFetch):
             paused=len(self._paused),
         )
 
+    @property
+    def closed(self) -> bool:
+        """True once ``close()`` has begun to release the partitions: no record is handed
+        out any more, ``async for`` ends and other fetch calls raise UsageError."""
+        return self._closing or self._closed
+
     def __repr__(self) -> str:
         return (
             f"<GroupConsumer group={self._config.group_id!r} "
@@ -268,20 +283,35 @@ class GroupConsumer(_ConsumerFetch):
         """Commit the processed positions (auto-commit), revoke everything (the listener's
         ``on_partitions_revoked``), leave the group, stop the fetcher (spec G47). Idempotent.
         ``handoff`` (default: ``GroupConfig.handoff_on_close``): see
-        :meth:`GroupMember.close`."""
-        if self._closed or self._closing:
+        :meth:`GroupMember.close`.
+
+        Called from another task than the one fetching records, with the handoff, close()
+        *drains*: that task's fetch calls go on handing out records of the partitions the
+        member still owns until they are revoked (up to a heartbeat interval), then
+        ``async for`` ends. Either way, a batch that task has in hand counts as processed
+        only once it makes its next fetch call (or ends): the revoke waits for that up to a
+        quarter of close()'s budget, and otherwise commits from the batch's first record."""
+        if self._closed or self._closing or self._draining:
             return
         if not self._started or self._kafka is None:
             self._closed = True
             await self._member.close(handoff=False)
             return
-        self._closing = True
+        if handoff is None:
+            handoff = self._config.handoff_on_close
+        if handoff and self._may_drain():
+            self._draining = True
+        else:
+            self._closing = True
         try:
-            if self._auto_commit and self._member.state is MemberState.STABLE:
+            if self._closing and self._auto_commit and self._member.state is MemberState.STABLE:
                 budget = min(self._config.close_timeout_ms, self._config.request_timeout_ms)
-                await self._auto_commit_now(self._deliverable(), timeout=budget / 1000.0)
+                deliverable = self._deliverable()
+                await self._wait_for_batch(deliverable)
+                await self._auto_commit_now(deliverable, timeout=budget / 1000.0)
             await self._member.close(handoff=handoff)
         finally:
+            self._end_drain()
             self._closed = True
             await self._settle_fetch()
             await self._kafka.stop()
@@ -301,6 +331,7 @@ class GroupConsumer(_ConsumerFetch):
     ) -> dict[TopicPartition, list[ConsumerRecord[Any, Any]]]:
         """Records of owned partitions (all, or those named), waiting up to ``timeout``
         seconds when none are buffered. A poll: see the class docstring."""
+        self._fetch_call()
         self._check_open()
         if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
             raise ValueError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
@@ -328,6 +359,7 @@ class GroupConsumer(_ConsumerFetch):
                     return {}
                 records = self._hand_out(fetched)
                 if records:
+                    self._handed_out(records)
                     return records
             else:
                 await self._wait_wake(remaining)
@@ -350,6 +382,7 @@ class GroupConsumer(_ConsumerFetch):
 
     async def __anext__(self) -> ConsumerRecord[Any, Any]:
         if self._closing or self._closed:
+            self._fetch_call()
             raise StopAsyncIteration
         try:
             return await self.getone()

@@ -15,7 +15,7 @@ from .._core._consumer_protocol import TopicPartition
 from .._errors import KGroupError
 from .._listener import RebalanceListener
 from .._log import logger
-from ._consumer_commits import _ConsumerCommits
+from ._consumer_drain import _ConsumerDrain
 
 __all__ = ["NoOffsetForPartition", "aio_partition"]
 
@@ -55,7 +55,7 @@ class _ConsumerListener(RebalanceListener):
         await self._consumer._on_lost(partitions)
 
 
-class _ConsumerAssignment(_ConsumerCommits):
+class _ConsumerAssignment(_ConsumerDrain):
     """The assignment layer of :class:`~kgroup.GroupConsumer`: its listener callbacks run
     inside ``member.poll()``/``close()``, in the caller's task."""
 
@@ -93,6 +93,9 @@ class _ConsumerAssignment(_ConsumerCommits):
         self._releasing |= revoked  # no record of these is handed out from now on
         self._revoke_commit_ok = revoked
         try:
+            if self._draining or self._closing:
+                self._end_drain()
+                await self._wait_for_batch(revoked)
             if self._auto_commit and revoked:
                 await self._auto_commit_now(revoked & self._positions.keys())
             await self._call_user("on_partitions_revoked", revoked)
@@ -102,6 +105,8 @@ class _ConsumerAssignment(_ConsumerCommits):
 
     async def _on_lost(self, lost: frozenset[TopicPartition]) -> None:
         self._releasing |= lost
+        if self._draining:
+            self._end_drain()
         self._drop(lost)
         await self._call_user("on_partitions_lost", lost)
 

@@ -4,6 +4,7 @@ waiting for records or a rebalance, and handing out only records the member may 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -26,7 +27,6 @@ class _ConsumerFetch(_ConsumerAssignment):
     """The fetch layer of :class:`~kgroup.GroupConsumer`."""
 
     _started: bool
-    _closing: bool
     _poll_lock: asyncio.Lock
     _poll_slice: float
     _records_delivered: int
@@ -60,7 +60,7 @@ class _ConsumerFetch(_ConsumerAssignment):
         COOPERATIVE member that still holds a lease on partitions keeps delivering them
         (only a revoke callback takes partitions away), so it is not blocked."""
         member = self._member
-        if not member.rebalance_pending:
+        if self._draining or not member.rebalance_pending:
             return False
         keeps = member.rebalance_protocol is RebalanceProtocol.COOPERATIVE and bool(
             member.assignment
@@ -69,16 +69,19 @@ class _ConsumerFetch(_ConsumerAssignment):
 
     async def _poll_member(self, deadline: float) -> None:
         """The poll part of a fetch call: reset the poll timer, run what is pending; while
-        a rebalance is in progress keep driving it until ``deadline``."""
+        a rebalance is in progress keep driving it until ``deadline``. While close() drains
+        (``_consumer_drain``) it drives the member itself: nothing is polled here."""
+        if self._draining:
+            return
         async with self._poll_lock:
             await self._member.poll(timeout=0)
-            while not self._closing and self._rebalancing():
+            while not (self._closing or self._draining) and self._rebalancing():
                 remaining = deadline - self._now()
                 if remaining <= 0:
                     break
                 await self._member.poll(timeout=remaining)
             retry = frozenset(self._unpositioned) & self._member.assignment
-            if retry and not self._closing:
+            if retry and not (self._closing or self._draining):
                 await self._position(retry)
         error, self._pending_error = self._pending_error, None
         if error is not None:
@@ -86,7 +89,7 @@ class _ConsumerFetch(_ConsumerAssignment):
 
     async def _maybe_auto_commit(self) -> None:
         due = self._next_auto_commit
-        if not self._auto_commit or due is None or self._now() < due:
+        if not self._auto_commit or due is None or self._now() < due or self._draining:
             return
         self._next_auto_commit = self._now() + self._auto_commit_interval / 1000.0
         if self._rebalancing():
@@ -97,7 +100,19 @@ class _ConsumerFetch(_ConsumerAssignment):
         """Wait until the member has something for poll() (or ``timeout``). True if so."""
         if timeout <= 0:
             return False
+        if self._draining:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._drain_over.wait()
+            return self._drain_over.is_set()
         return await self._member.wait_rebalance_pending(timeout)
+
+    async def _wake(self) -> bool:
+        """What cuts a waiting fetch short: a pending rebalance, or the end of a drain."""
+        if self._draining:
+            await self._drain_over.wait()
+            return True
+        return await self._member.wait_rebalance_pending()
 
     async def _fetch(
         self, partitions: frozenset[TopicPartition], timeout: float, max_records: int | None
@@ -118,7 +133,7 @@ class _ConsumerFetch(_ConsumerAssignment):
         fetch: asyncio.Future[_Fetched] = asyncio.ensure_future(
             kafka.getmany(*tps, timeout_ms=max(1, int(timeout * 1000)), max_records=max_records)
         )
-        wake: asyncio.Future[Any] = asyncio.ensure_future(self._member.wait_rebalance_pending())
+        wake: asyncio.Future[Any] = asyncio.ensure_future(self._wake())
         try:
             await asyncio.wait({fetch, wake}, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -1,0 +1,188 @@
+"""GroupConsumer's drain on Apache Kafka 4.4.0: close() with the handoff, called from
+another task than the one consuming, lets that task go on processing the partitions the
+member still owns until they are revoked, and counts a batch as processed only once the
+task is back for the next one (``kgroup/_runtime/_consumer_drain.py``).
+
+Both handoffs: the consumer protocol's wait for the group's next heartbeat tick (interval
+3 s here), and cooperative-sticky's marked rejoin. The records are processed exactly once
+across the close, with auto-commit only (the revoke's commit is the one that counts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import structlog
+
+from kgroup import GroupConfig, GroupConsumer
+from kgroup.testing import KafkaBroker, set_consumer_group_timeouts
+from tests.integration.conftest import group_config
+from tests.integration.test_consumer import produce, until
+from tests.integration.test_kip848 import consumer_config
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS = 4
+PER_PARTITION = 600
+INTERVAL_MS = 3_000
+
+Processed = collections.Counter[tuple[int, int]]
+
+
+class Worker:
+    """A task that consumes with ``async for`` until the consumer is closed, taking
+    ``pause`` seconds per record before it counts it (the processing), and ``stall``
+    seconds for the next record once that is set."""
+
+    def __init__(self, cfg: GroupConfig, processed: Processed, pause: float = 0.005) -> None:
+        self.consumer = GroupConsumer(cfg, auto_offset_reset="earliest")
+        self.processed = processed
+        self.pause = pause
+        self.stall = 0.0
+        self.stalled: tuple[int, int] | None = None
+        self.times: list[float] = []  # when each record was counted
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> Worker:
+        await self.consumer.start()
+        self.task = asyncio.create_task(self._run())
+        return self
+
+    async def _run(self) -> None:
+        async for record in self.consumer:
+            if self.stall and self.stalled is None:
+                self.stalled = (record.partition, record.offset)
+                await asyncio.sleep(self.stall)
+            await asyncio.sleep(self.pause)
+            self.processed[(record.partition, record.offset)] += 1
+            self.times.append(time.monotonic())
+
+    async def stop(self) -> None:
+        """Close from this (the test's) task, then wait for the consuming task to end."""
+        await self.consumer.close()
+        assert self.task is not None
+        await asyncio.wait_for(self.task, timeout=30)
+        assert self.consumer.closed
+
+
+async def config_for(
+    protocol: str, kafka_broker: KafkaBroker, group: str, topic: str, **overrides: Any
+) -> GroupConfig:
+    if protocol == "consumer":
+        await set_consumer_group_timeouts(
+            kafka_broker.bootstrap,
+            group,
+            session_timeout_ms=30_000,
+            heartbeat_interval_ms=INTERVAL_MS,
+        )
+        return consumer_config(
+            kafka_broker,
+            group,
+            topic,
+            consumer_session_timeout_ms=30_000,
+            request_timeout_ms=20_000,
+            **overrides,
+        )
+    return group_config(
+        kafka_broker,
+        group,
+        topic,
+        assignors=("cooperative-sticky",),
+        heartbeat_interval_ms=INTERVAL_MS,
+        session_timeout_ms=20_000,
+        request_timeout_ms=20_000,
+        **overrides,
+    )
+
+
+PROTOCOLS = pytest.mark.parametrize("protocol", ["consumer", "cooperative-sticky"])
+
+
+@PROTOCOLS
+async def test_a_consumer_closed_from_another_task_goes_on_delivering_until_its_handoff(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, protocol: str
+) -> None:
+    """Two workers share 4 partitions; one is closed with the handoff from the test's task.
+    Its consuming task keeps processing records after close() started, until its revoke;
+    the other worker then takes its partitions over where the revoke's commit left them,
+    and every record is processed exactly once."""
+    topic = make_topic(PARTITIONS)
+    await produce(kafka_broker.bootstrap, topic, PER_PARTITION, PARTITIONS)
+    cfg = await config_for(protocol, kafka_broker, unique_group, topic, handoff_on_close=True)
+    processed: Processed = collections.Counter()
+    stays = await Worker(cfg, processed).start()
+    leaves = await Worker(cfg, processed).start()
+    try:
+        await until(
+            lambda: len(stays.consumer.assignment) == 2 and len(leaves.consumer.assignment) == 2,
+            timeout=60,
+            what="two partitions each",
+        )
+        await until(lambda: len(leaves.times) >= 20, timeout=30, what="progress")
+        with structlog.testing.capture_logs() as logs:
+            started = time.monotonic()
+            await leaves.stop()
+        revoked = [e for e in logs if e.get("event") == "member.partitions_revoked"]
+        assert revoked, "the leaver revoked nothing"
+        during = [t for t in leaves.times if t > started]
+        assert len(during) >= 5, f"only {len(during)} records processed while close() ran"
+        assert not [e for e in logs if e.get("event") == "consumer.batch_unfinished"]
+        await until(
+            lambda: len(processed) >= PARTITIONS * PER_PARTITION,
+            timeout=120,
+            what="every record processed",
+        )
+    finally:
+        for worker in (stays, leaves):
+            await worker.stop()
+    duplicates = {key: n for key, n in processed.items() if n != 1}
+    assert duplicates == {}
+    expected = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+    assert set(processed) == expected
+
+
+@PROTOCOLS
+async def test_a_batch_still_in_hand_when_the_drain_ends_is_delivered_again(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, protocol: str
+) -> None:
+    """The leaver's processing stalls on a record for longer than the revoke waits for it
+    (a quarter of close()'s budget: 2 s here). The revoke commits that partition from the
+    stalled record, so the other worker processes it again: at least once, with exactly that
+    record duplicated, and nothing lost."""
+    topic = make_topic(PARTITIONS)
+    await produce(kafka_broker.bootstrap, topic, PER_PARTITION, PARTITIONS)
+    cfg = await config_for(protocol, kafka_broker, unique_group, topic, handoff_on_close=True)
+    leaving = dataclasses.replace(cfg, close_timeout_ms=8_000)
+    processed: Processed = collections.Counter()
+    stays = await Worker(cfg, processed).start()
+    leaves = await Worker(leaving, processed).start()
+    try:
+        await until(
+            lambda: len(stays.consumer.assignment) == 2 and len(leaves.consumer.assignment) == 2,
+            timeout=60,
+            what="two partitions each",
+        )
+        await until(lambda: len(leaves.times) >= 20, timeout=30, what="progress")
+        with structlog.testing.capture_logs() as logs:
+            leaves.stall = 12.0  # the next record takes 12 s
+            await leaves.stop()
+        unfinished = [e for e in logs if e.get("event") == "consumer.batch_unfinished"]
+        assert len(unfinished) == 1, [e.get("event") for e in logs]
+        await until(
+            lambda: len(processed) >= PARTITIONS * PER_PARTITION,
+            timeout=120,
+            what="every record processed",
+        )
+    finally:
+        for worker in (stays, leaves):
+            await worker.stop()
+    duplicates = {key: n for key, n in processed.items() if n != 1}
+    assert set(duplicates) <= {leaves.stalled} and set(duplicates.values()) <= {2}, duplicates
+    expected = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+    assert set(processed) == expected
