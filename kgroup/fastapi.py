@@ -24,6 +24,9 @@ batches and awaits ``process(records)`` for each; without ``process`` it starts 
 :class:`~kgroup.GroupMember` whose task only polls (``on_assignment`` is then called with
 each new assignment). At shutdown the task stops between two batches and the consumer is
 closed: processed positions committed (auto-commit), partitions revoked, LeaveGroup sent.
+With ``handoff_on_close`` the consumer is closed first, while the task goes on processing
+the partitions it still owns until they are handed off (GroupConsumer's drain); the task
+then ends on its own.
 
 Health (``GET {prefix}/live`` and ``GET {prefix}/ready``, JSON from :meth:`health`):
 
@@ -290,9 +293,18 @@ class KGroupLifespan:
 
     async def _shutdown(self) -> None:
         config = self.config
-        self._stop.set()
         task = self._task
         budget = config.close_timeout_ms / 1000.0
+        drain_error: Exception | None = None
+        if config.handoff_on_close and self._consumer is not None and task is not None:
+            # The drain: the task keeps processing until the handoff revokes its partitions
+            # (the revoke waits for the batch in hand), then its loop sees the consumer
+            # closed. Closing twice below is a no-op.
+            try:
+                await self._consumer.close()
+            except Exception as exc:  # raised below, once the task is stopped
+                drain_error = exc
+        self._stop.set()
         if task is not None and not task.done():
             # The loop notices the stop between batches (at most poll_timeout plus the
             # batch in hand); past the close timeout it is cancelled.
@@ -318,6 +330,8 @@ class KGroupLifespan:
             self._consumer = None
             self._member = None
             self._task = None
+        if drain_error is not None:
+            raise drain_error
         if self._error is not None:
             logger.error(
                 "fastapi.processing_failed_at_shutdown",
@@ -339,7 +353,7 @@ class KGroupLifespan:
     async def _run_consumer(self, consumer: GroupConsumer, process: ProcessFn) -> None:
         batch: dict[TopicPartition, list[ConsumerRecord[Any, Any]]] = {}
         try:
-            while not self._stop.is_set():
+            while not self._stop.is_set() and not consumer.closed:
                 batch = await consumer.getmany(
                     timeout=self._poll_timeout, max_records=self._max_records
                 )

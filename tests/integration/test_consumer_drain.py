@@ -186,3 +186,55 @@ async def test_a_batch_still_in_hand_when_the_drain_ends_is_delivered_again(
     assert set(duplicates) <= {leaves.stalled} and set(duplicates.values()) <= {2}, duplicates
     expected = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
     assert set(processed) == expected
+
+
+async def test_the_fastapi_lifespan_drains_at_shutdown(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """KGroupLifespan with ``handoff_on_close`` (consumer protocol): at shutdown its task
+    goes on processing batches until the handoff revokes its partitions, then ends on its
+    own; the worker beside it takes over, every record processed exactly once."""
+    from kgroup.fastapi import KGroupLifespan
+
+    topic = make_topic(PARTITIONS)
+    await produce(kafka_broker.bootstrap, topic, PER_PARTITION, PARTITIONS)
+    cfg = await config_for("consumer", kafka_broker, unique_group, topic, handoff_on_close=True)
+    processed: Processed = collections.Counter()
+    times: list[float] = []
+
+    async def process(records: list[Any]) -> None:
+        await asyncio.sleep(0.02)
+        for record in records:
+            processed[(record.partition, record.offset)] += 1
+        times.append(time.monotonic())
+
+    kg = KGroupLifespan(
+        cfg,
+        process=process,
+        poll_timeout=0.2,
+        max_records=5,
+        consumer_options={"auto_offset_reset": "earliest"},
+    )
+    stays = await Worker(cfg, processed).start()
+    try:
+        async with kg.lifespan(object()):
+            await until(
+                lambda: len(stays.consumer.assignment) == 2 and len(kg.consumer.assignment) == 2,
+                timeout=60,
+                what="two partitions each",
+            )
+            await until(lambda: len(times) >= 10, timeout=30, what="progress")
+            started = time.monotonic()
+        during = [t for t in times if t > started]
+        assert len(during) >= 3, f"only {len(during)} batches processed during the shutdown"
+        await until(
+            lambda: len(processed) >= PARTITIONS * PER_PARTITION,
+            timeout=120,
+            what="every record processed",
+        )
+    finally:
+        await stays.stop()
+    duplicates = {key: n for key, n in processed.items() if n != 1}
+    assert duplicates == {}
+    expected = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+    assert set(processed) == expected
