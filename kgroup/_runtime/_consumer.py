@@ -30,6 +30,7 @@ an aiokafka consumer that never talks to the group coordinator."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -304,6 +305,12 @@ class GroupConsumer(_ConsumerFetch):
         else:
             self._closing = True
         try:
+            if self._draining:
+                # The fetching task polls no more from now on; let a poll() it is in finish
+                # first (a rebalance step), as close() must not run beside one.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self._batch_wait), self._poll_lock:
+                        pass
             if self._closing and self._auto_commit and self._member.state is MemberState.STABLE:
                 budget = min(self._config.close_timeout_ms, self._config.request_timeout_ms)
                 deliverable = self._deliverable()

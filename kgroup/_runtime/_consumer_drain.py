@@ -83,7 +83,9 @@ class _ConsumerDrain(_ConsumerCommits):
         if not fetcher.done():
             back = asyncio.ensure_future(self._back.wait())
             try:
-                await asyncio.wait({back, fetcher}, timeout=self._batch_wait)
+                await asyncio.wait(
+                    {back, fetcher}, timeout=self._batch_wait, return_when=asyncio.FIRST_COMPLETED
+                )
             finally:
                 back.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
