@@ -478,8 +478,12 @@ class GroupConsumer(_ConsumerFetch):
         positions of every owned partition. Raises :class:`CommitFailed` for a partition this
         member does not hold (revoked, lost, or its lease ran out): another member may own
         it. Raises :class:`RebalanceInProgress` while the group rebalances: finish it with a
-        fetch call, then retry."""
-        self._check_open()
+        fetch call, then retry. While ``close()`` runs it still commits what the member holds
+        (the revoked partitions from inside the revoke callback). With no ``offsets`` once
+        the partitions are being released, or after ``close()``, it does nothing: the revoke
+        commits them (a task that was processing while close() ran may commit as usual)."""
+        if not self._started or self._kafka is None:
+            self._check_open()  # not started: UsageError
         if offsets is None:
             targets = {
                 tp: OffsetAndMetadata(pos)
