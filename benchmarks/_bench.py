@@ -97,13 +97,17 @@ def child_env() -> dict[str, str]:
 
 
 def popen_child(
-    args: Sequence[str], log_path: Path, *, stdin: int | None = subprocess.PIPE
+    args: Sequence[str],
+    log_path: Path,
+    *,
+    stdin: int | None = subprocess.PIPE,
+    script: Path = PROC,
 ) -> subprocess.Popen[bytes]:
-    """``python _proc.py ARGS`` in its own session with a parent-death signal; stdout is a
-    pipe of JSON lines, stderr goes to ``log_path``."""
+    """``python _proc.py ARGS`` (or ``script``) in its own session with a parent-death
+    signal; stdout is a pipe of JSON lines, stderr goes to ``log_path``."""
     from kgroup.testing._ports import kill_with_parent_prefix
 
-    argv = [*kill_with_parent_prefix(), sys.executable, str(PROC), *args]
+    argv = [*kill_with_parent_prefix(), sys.executable, str(script), *args]
     with log_path.open("ab") as fh:
         return subprocess.Popen(
             argv,
@@ -150,9 +154,9 @@ class Procs:
         self.procs: list[Proc] = []
         self._changed = threading.Condition()
 
-    def spawn(self, args: Sequence[str], name: str) -> Proc:
+    def spawn(self, args: Sequence[str], name: str, *, script: Path = PROC) -> Proc:
         log_path = self.log_dir / f"{name}.log"
-        p = Proc(name, popen_child(args, log_path), log_path)
+        p = Proc(name, popen_child(args, log_path, script=script), log_path)
         self.procs.append(p)
         p.reader = threading.Thread(target=self._read, args=(p,), name=f"read-{name}", daemon=True)
         p.reader.start()
