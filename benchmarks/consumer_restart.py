@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import os
 import signal
 import sys
@@ -156,6 +157,9 @@ def run_once(
         procs.stop([p for p in everyone if p.proc.poll() is None], grace=20)
         if producer.proc.poll() is None:
             procs.stop([producer], grace=5)
+    # Every child's lines, for a closer look (``--log-dir``).
+    dump = {p.name: p.events for p in [producer, *everyone]}
+    (procs.log_dir / f"{tag}.events.json").write_text(json.dumps(dump))
     return measure(everyone, terms, start, end, steady, a)
 
 
