@@ -110,17 +110,26 @@ async def config_for(
 PROTOCOLS = pytest.mark.parametrize("protocol", ["consumer", "cooperative-sticky"])
 
 
-@PROTOCOLS
+@pytest.mark.parametrize("protocol", ["consumer", "cooperative-sticky", "consumer-isolated"])
 async def test_a_consumer_closed_from_another_task_goes_on_delivering_until_its_handoff(
     kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str, protocol: str
 ) -> None:
     """Two workers share 4 partitions; one is closed with the handoff from the test's task.
     Its consuming task keeps processing records after close() started, until its revoke;
     the other worker then takes its partitions over where the revoke's commit left them,
-    and every record is processed exactly once."""
+    and every record is processed exactly once. ``consumer-isolated``: the consumer
+    protocol with the heartbeat on its own thread (``isolate_heartbeat``)."""
     topic = make_topic(PARTITIONS)
     await produce(kafka_broker.bootstrap, topic, PER_PARTITION, PARTITIONS)
-    cfg = await config_for(protocol, kafka_broker, unique_group, topic, handoff_on_close=True)
+    isolated = protocol == "consumer-isolated"
+    cfg = await config_for(
+        protocol.removesuffix("-isolated"),
+        kafka_broker,
+        unique_group,
+        topic,
+        handoff_on_close=True,
+        isolate_heartbeat=isolated,
+    )
     processed: Processed = collections.Counter()
     stays = await Worker(cfg, processed).start()
     leaves = await Worker(cfg, processed).start()
