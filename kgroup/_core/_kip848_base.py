@@ -104,6 +104,8 @@ class ConsumerMemberBase:
         #: The gap to the next pickup heartbeat (settings.pickup_first_ms), None when the
         #: member heartbeats at the broker's interval.
         self._pickup_gap: float | None = None
+        #: When the answer that started the pickup was sent (its hold runs from there).
+        self._pickup_since = 0.0
         #: The wall clock minus the member's clock (ms), for the heartbeat grid; the
         #: runtime keeps it current (0: the member's clock is the wall clock).
         self.wall_offset_ms = 0.0
@@ -139,6 +141,10 @@ class ConsumerMemberBase:
         #: answered one (None: none such). The broker may have read them and taken the
         #: partitions they left out as released (PollDriver._awaits_heartbeat).
         self._unanswered_report: frozenset[IdPartition] | None = None
+        #: When the first heartbeat of the member's epoch that got no answer since the last
+        #: answered one was sent (None: none such). The broker may have read it and started
+        #: a revocation's deadline then, in an answer the member never saw.
+        self._unanswered_since: float | None = None
         #: The epoch of the next leave heartbeat, and whether the member is STALE after it
         #: (a poll-timer leave) rather than UNSUBSCRIBED (close()).
         self._leave_epoch = LEAVE_EPOCH
@@ -199,6 +205,7 @@ class ConsumerMemberBase:
         self._hb_retry_at = 0.0
         self._lease_ended = False
         self._unanswered_report = None
+        self._unanswered_since = None
 
     def _fence(self, reason: str, now: float) -> None:
         """Fenced (§10.7), or the lease ran out: the partitions are lost; the poll driver
@@ -210,6 +217,7 @@ class ConsumerMemberBase:
         self._sent = None
         self._revoke_deadline = None
         self._unanswered_report = None
+        self._unanswered_since = None
         self._hb_attempts = 0
         self._hb_retry_at = 0.0
         self._lost_reason = reason

@@ -9,8 +9,9 @@ reports answers with :meth:`~HeartbeatDriver.on_heartbeat_response` or
 - otherwise on the group's next grid tick (:mod:`._kip848_grid`; at most one broker
   interval after the previous send), except after an answer that brought a new
   assignment (or the join): then at doubling gaps from ``pickup_first_ms`` until the gap
-  reaches the interval (pickup heartbeats: partitions another member is still revoking
-  arrive in the answer to one of them);
+  reaches the interval, held at ``pickup_hold_gap_ms`` for ``pickup_hold_ms`` (pickup
+  heartbeats: partitions another member is still revoking arrive in the answer to one of
+  them);
 - the poll timer: when the application has not polled for ``max_poll_interval_ms``, the
   member sends a leave heartbeat (epoch -1, or -2 when static) without awaiting its answer,
   becomes STALE and releases its partitions as lost at the next poll, which rejoins.
@@ -296,6 +297,8 @@ class HeartbeatDriver(ConsumerMemberBase):
         if sent.request.topic_partitions is not None and sent.request.member_epoch > 0:
             earlier = self._unanswered_report
             self._unanswered_report = reported if earlier is None else earlier & reported
+        if sent.request.member_epoch > 0 and self._unanswered_since is None:
+            self._unanswered_since = sent.sent_at
         self._in_flight = None
         self._sent = None
         self._refused_since = None  # the join may have reached the broker: a new window
@@ -416,6 +419,7 @@ class HeartbeatDriver(ConsumerMemberBase):
         self._hb_retry_at = 0.0
         self._refused_since = None
         self._unanswered_report = None  # this answer says what the broker made of them
+        unanswered_since, self._unanswered_since = self._unanswered_since, None
         self._sent = fields
         if resp.member_id and resp.member_id != self.member_id:
             self._emit("member.member_id_changed", old=self.member_id, new=resp.member_id)
@@ -438,7 +442,8 @@ class HeartbeatDriver(ConsumerMemberBase):
             )
         )
         if target is not None and self.state is S.PREPARE_LEAVING:
-            self._handoff_answered(target, sent.sent_at)
+            since = sent.sent_at if unanswered_since is None else unanswered_since
+            self._handoff_answered(target, min(sent.sent_at, since))
         elif target is not None:
             # The broker counts as the member's what it last assigned it, installed or not
             # (Kafka's CurrentAssignmentBuilder): a target that drops any of it starts the
@@ -449,7 +454,12 @@ class HeartbeatDriver(ConsumerMemberBase):
                 changed = True
                 self._emit("member.assignment_received", partitions=len(target))
             if held - target and self._revoke_deadline is None:
-                self._revoke_deadline = sent.sent_at + self.settings.rebalance_timeout_ms
+                # The broker starts the deadline when it first answers with the revocation:
+                # perhaps in the answer to an earlier heartbeat that never arrived.
+                start = sent.sent_at
+                if unanswered_since is not None:
+                    start = min(start, unanswered_since)
+                self._revoke_deadline = start + self.settings.rebalance_timeout_ms
         self._next_heartbeat_at = sent.sent_at + self._next_gap(sent.sent_at, changed)
         reported = sent.request.topic_partitions is not None
         if self.target is not None and reported and not (fields.owned | self.owned) - self.target:
@@ -487,8 +497,15 @@ class HeartbeatDriver(ConsumerMemberBase):
         if first is not None:
             if changed:
                 self._pickup_gap = float(first)
+                self._pickup_since = sent_at
             elif self._pickup_gap is not None:
                 self._pickup_gap *= 2
+                if sent_at - self._pickup_since < self.settings.pickup_hold_ms:
+                    # The hold: the gap stops growing at pickup_hold_gap_ms for a while, as a
+                    # replacement member often joins within a second or two of a change.
+                    self._pickup_gap = min(
+                        self._pickup_gap, float(self.settings.pickup_hold_gap_ms)
+                    )
             if self._pickup_gap is not None and self._pickup_gap >= self.heartbeat_interval_ms:
                 self._pickup_gap = None
             if self._pickup_gap is not None:

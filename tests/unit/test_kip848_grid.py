@@ -111,7 +111,7 @@ def test_the_first_regular_heartbeat_comes_within_an_interval() -> None:
 def test_pickup_heartbeats_come_first_then_the_grid() -> None:
     h = Harness(settings={**GRID, "pickup_first_ms": 25})
     _stable(h, offset=0.0, join_at=0.0)
-    sends = _regular_sends(h, 10)
+    sends = _regular_sends(h, 20)
     gaps = [y - x for x, y in itertools.pairwise([10.0, *sends])]
     assert gaps[:3] == [50, 100, 200]  # the pickup doubling (row 18), from the ack at 10
     assert _on_grid(sends[-1], 0.0) and _on_grid(sends[-2], 0.0)

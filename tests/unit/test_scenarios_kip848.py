@@ -1017,14 +1017,11 @@ def _joined_and_acknowledged(h: Harness) -> SendConsumerHeartbeat:
     return ack
 
 
-def test_pickup_heartbeats_double_from_the_first_gap_up_to_the_interval() -> None:
-    """After a new assignment the member heartbeats at doubling gaps (25 ms started by the
-    answer that brought it, then 50, 100, ... from each send) until the gap reaches the
-    broker's interval, then at the interval again."""
-    h = Harness(settings={"pickup_first_ms": 25})
+def _pickup_gaps(settings: dict[str, Any], count: int) -> list[float]:
+    h = Harness(settings=settings)
     sent = _joined_and_acknowledged(h)
     sends = [sent.sent_at]
-    for _ in range(12):
+    for _ in range(count):
         h.at(h.now + 1)
         h.answer(sent, epoch=5)  # nothing new
         wait = h.hb()
@@ -1032,8 +1029,24 @@ def test_pickup_heartbeats_double_from_the_first_gap_up_to_the_interval() -> Non
         h.at(wait.until)
         sent = h.send()
         sends.append(sent.sent_at)
-    gaps = [b - a for a, b in itertools.pairwise(sends)]
-    # 50 ... 3,200 (the next doubling, 6,400, passes the 5 s interval), then the interval.
+    return [b - a for a, b in itertools.pairwise(sends)]
+
+
+def test_pickup_heartbeats_double_from_the_first_gap_up_to_the_interval() -> None:
+    """After a new assignment the member heartbeats at doubling gaps (25 ms started by the
+    answer that brought it, then 50, 100, ... from each send) until the gap reaches the
+    broker's interval, then at the interval again. For the first 2 s (the hold) the gaps
+    stop growing at 200 ms."""
+    gaps = _pickup_gaps({"pickup_first_ms": 25}, 22)
+    # The join was sent at 0 and the acknowledgement at 10: 60, 160, 360, then every 200 ms
+    # until the send at 1,960, the last within the 2 s hold; then 400 ... 3,200 (the next
+    # doubling, 6,400, passes the 5 s interval), then the interval.
+    assert gaps[:3] == [50, 100, 200]
+    assert gaps[3:12] == [200] * 9
+    assert gaps[12:17] == [400, 800, 1_600, 3_200, 5_000]
+    assert set(gaps[16:]) == {5_000}
+    # Without the hold: doubling only.
+    gaps = _pickup_gaps({"pickup_first_ms": 25, "pickup_hold_ms": 0}, 12)
     assert gaps[:8] == [50, 100, 200, 400, 800, 1_600, 3_200, 5_000]
     assert set(gaps[7:]) == {5_000}
 
@@ -1195,3 +1208,34 @@ def test_partitions_being_installed_are_under_the_lease() -> None:
     h.m.reconciled(action, h.now)  # the callback returns
     h.drain()
     assert h.calls[-1] == ("lost", tp("t1", 0, 1))
+
+
+def test_a_revocation_deadline_runs_from_a_heartbeat_whose_answer_was_lost() -> None:
+    """Simulation seed 262 (``--flavor consumer``, with the pickup hold): the broker read a
+    heartbeat, dropped t1-1 from the member's target and started the revocation deadline,
+    but the answer never arrived; the member learned of the revocation from the answer to
+    its next heartbeat. Kafka fences a member that has not revoked by the deadline, which
+    ran from the lost heartbeat: the lease must end by then, not a rebalance timeout after
+    the heartbeat whose answer the member read."""
+    h = Harness(settings={"max_poll_interval_ms": 6_000, "session_timeout_ms": 20_000})
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=5, assigned=assignment((T1, (0, 1))), interval=500)
+    h.poll()
+    ack = h.send()
+    h.at(10)
+    h.answer(ack, epoch=5, interval=500)
+    assert h.m.owned == {IdPartition(T1, 0), IdPartition(T1, 1)}
+    action = h.hb()
+    assert isinstance(action, HeartbeatWait)
+    h.at(action.until)
+    lost = h.send()
+    h.at(lost.sent_at + 3_000)
+    h.m.on_heartbeat_failed(lost, h.now, "request timed out", disconnected=True)
+    h.found()
+    h.at(max(h.now, h.hb().until))
+    again = h.send()
+    h.at(h.now + 5)
+    h.answer(again, epoch=6, assigned=assignment((T1, (0,))), interval=500)  # drops t1-1
+    h.m.polled(h.now)
+    assert h.m.valid_until == lost.sent_at + 6_000  # not again.sent_at + 6_000
