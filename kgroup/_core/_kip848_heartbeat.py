@@ -9,7 +9,7 @@ reports answers with :meth:`~HeartbeatDriver.on_heartbeat_response` or
 - otherwise on the group's next grid tick (:mod:`._kip848_grid`; at most one broker
   interval after the previous send), except after an answer that brought a new
   assignment (or the join): then at doubling gaps from ``pickup_first_ms`` until the gap
-  reaches the interval, held at ``pickup_hold_gap_ms`` for ``pickup_hold_ms`` (pickup
+  reaches the interval, held at ``pickup_hold_gap_ms`` for ``pickup_hold_ms`` if set (pickup
   heartbeats: partitions another member is still revoking arrive in the answer to one of
   them);
 - the poll timer: when the application has not polled for ``max_poll_interval_ms``, the

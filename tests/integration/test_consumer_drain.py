@@ -107,6 +107,31 @@ async def config_for(
     )
 
 
+async def sharing(stays: Worker, leaves: Worker) -> None:
+    """Until the two workers hold two partitions each and the leaver has made progress."""
+    await until(
+        lambda: len(stays.consumer.assignment) == 2 and len(leaves.consumer.assignment) == 2,
+        timeout=60,
+        what="two partitions each",
+    )
+    await until(lambda: len(leaves.times) >= 20, timeout=30, what="progress")
+
+
+async def all_processed(processed: Processed) -> None:
+    await until(
+        lambda: len(processed) >= PARTITIONS * PER_PARTITION,
+        timeout=120,
+        what="every record processed",
+    )
+
+
+def duplicated(processed: Processed) -> dict[tuple[int, int], int]:
+    """Records processed more than once (after checking that none is missing)."""
+    expected = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
+    assert set(processed) == expected
+    return {key: n for key, n in processed.items() if n != 1}
+
+
 PROTOCOLS = pytest.mark.parametrize("protocol", ["consumer", "cooperative-sticky"])
 
 
@@ -134,12 +159,7 @@ async def test_a_consumer_closed_from_another_task_goes_on_delivering_until_its_
     stays = await Worker(cfg, processed).start()
     leaves = await Worker(cfg, processed).start()
     try:
-        await until(
-            lambda: len(stays.consumer.assignment) == 2 and len(leaves.consumer.assignment) == 2,
-            timeout=60,
-            what="two partitions each",
-        )
-        await until(lambda: len(leaves.times) >= 20, timeout=30, what="progress")
+        await sharing(stays, leaves)
         with structlog.testing.capture_logs() as logs:
             started = time.monotonic()
             await leaves.stop()
@@ -148,18 +168,11 @@ async def test_a_consumer_closed_from_another_task_goes_on_delivering_until_its_
         during = [t for t in leaves.times if t > started]
         assert len(during) >= 5, f"only {len(during)} records processed while close() ran"
         assert not [e for e in logs if e.get("event") == "consumer.batch_unfinished"]
-        await until(
-            lambda: len(processed) >= PARTITIONS * PER_PARTITION,
-            timeout=120,
-            what="every record processed",
-        )
+        await all_processed(processed)
     finally:
         for worker in (stays, leaves):
             await worker.stop()
-    duplicates = {key: n for key, n in processed.items() if n != 1}
-    assert duplicates == {}
-    expected = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
-    assert set(processed) == expected
+    assert duplicated(processed) == {}
 
 
 @PROTOCOLS
@@ -178,29 +191,18 @@ async def test_a_batch_still_in_hand_when_the_drain_ends_is_delivered_again(
     stays = await Worker(cfg, processed).start()
     leaves = await Worker(leaving, processed).start()
     try:
-        await until(
-            lambda: len(stays.consumer.assignment) == 2 and len(leaves.consumer.assignment) == 2,
-            timeout=60,
-            what="two partitions each",
-        )
-        await until(lambda: len(leaves.times) >= 20, timeout=30, what="progress")
+        await sharing(stays, leaves)
         with structlog.testing.capture_logs() as logs:
             leaves.stall = 12.0  # the next record takes 12 s
             await leaves.stop()
         unfinished = [e for e in logs if e.get("event") == "consumer.batch_unfinished"]
         assert len(unfinished) == 1, [e.get("event") for e in logs]
-        await until(
-            lambda: len(processed) >= PARTITIONS * PER_PARTITION,
-            timeout=120,
-            what="every record processed",
-        )
+        await all_processed(processed)
     finally:
         for worker in (stays, leaves):
             await worker.stop()
-    duplicates = {key: n for key, n in processed.items() if n != 1}
+    duplicates = duplicated(processed)
     assert set(duplicates) <= {leaves.stalled} and set(duplicates.values()) <= {2}, duplicates
-    expected = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
-    assert set(processed) == expected
 
 
 async def test_the_fastapi_lifespan_drains_at_shutdown(
@@ -242,14 +244,7 @@ async def test_the_fastapi_lifespan_drains_at_shutdown(
             started = time.monotonic()
         during = [t for t in times if t > started]
         assert len(during) >= 3, f"only {len(during)} batches processed during the shutdown"
-        await until(
-            lambda: len(processed) >= PARTITIONS * PER_PARTITION,
-            timeout=120,
-            what="every record processed",
-        )
+        await all_processed(processed)
     finally:
         await stays.stop()
-    duplicates = {key: n for key, n in processed.items() if n != 1}
-    assert duplicates == {}
-    expected = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
-    assert set(processed) == expected
+    assert duplicated(processed) == {}
