@@ -93,7 +93,7 @@ async def _fetcher_with_a_batch(
         await go.wait()
         if then == "back":
             consumer._fetch_call()
-            await asyncio.sleep(3600)
+            await asyncio.Event().wait()  # stays alive (back) until cancelled
         elif then == "raise":
             raise RuntimeError("the processing failed")
 
