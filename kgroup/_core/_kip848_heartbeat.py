@@ -441,9 +441,13 @@ class HeartbeatDriver(ConsumerMemberBase):
                 IdPartition(t.topic_id, p) for t in resp.assignment for p in t.partitions
             )
         )
+        # A revocation in this answer started its deadline on the broker when it first
+        # answered with it: perhaps in the answer to an earlier heartbeat that never arrived.
+        revoked_from = (
+            sent.sent_at if unanswered_since is None else min(sent.sent_at, unanswered_since)
+        )
         if target is not None and self.state is S.PREPARE_LEAVING:
-            since = sent.sent_at if unanswered_since is None else unanswered_since
-            self._handoff_answered(target, min(sent.sent_at, since))
+            self._handoff_answered(target, revoked_from)
         elif target is not None:
             # The broker counts as the member's what it last assigned it, installed or not
             # (Kafka's CurrentAssignmentBuilder): a target that drops any of it starts the
@@ -454,12 +458,7 @@ class HeartbeatDriver(ConsumerMemberBase):
                 changed = True
                 self._emit("member.assignment_received", partitions=len(target))
             if held - target and self._revoke_deadline is None:
-                # The broker starts the deadline when it first answers with the revocation:
-                # perhaps in the answer to an earlier heartbeat that never arrived.
-                start = sent.sent_at
-                if unanswered_since is not None:
-                    start = min(start, unanswered_since)
-                self._revoke_deadline = start + self.settings.rebalance_timeout_ms
+                self._revoke_deadline = revoked_from + self.settings.rebalance_timeout_ms
         self._next_heartbeat_at = sent.sent_at + self._next_gap(sent.sent_at, changed)
         reported = sent.request.topic_partitions is not None
         if self.target is not None and reported and not (fields.owned | self.owned) - self.target:
