@@ -120,6 +120,9 @@ class ConsumerMemberBase:
         #: with GROUP_ID_NOT_FOUND, arrived (deviations 16 and 19; the run ends fatally with
         #: one to a request sent a session later).
         self._refused_since: float | None = None
+        #: When the latest request of that run was sent: a longer gap to the next one than
+        #: a watching member leaves means it stalled, and the run starts again.
+        self._refused_sent_at = 0.0
         # The poll timer.
         self._poll_deadline = now + settings.max_poll_interval_ms
         # The lease: the send time of the last answered heartbeat proves the session until

@@ -43,7 +43,7 @@ from ._kip848_actions import (
 )
 from ._kip848_base import ConsumerMemberBase, SentFields
 from ._kip848_grid import next_tick
-from ._kip848_reactions import HeartbeatReaction, heartbeat_reaction
+from ._kip848_reactions import HeartbeatReaction, heartbeat_reaction, instance_holder
 from ._kip848_state import ConsumerState, IdPartition
 from ._messages import FindCoordinatorRequest, FindCoordinatorResponse
 from ._messages_848 import (
@@ -378,8 +378,24 @@ class HeartbeatDriver(ConsumerMemberBase):
             # process's) is released one session after its last heartbeat, which the
             # broker took before the first answer; so only an answer to a request sent a
             # session after the first answer proves a live holder.
-            if self._refused_since is None:
+            #
+            # Two cases start the run again. The broker names this member's own id as the
+            # holder: that is this member's earlier incarnation, which no other process
+            # can be (member ids are generated per member), so the member waits for the
+            # release however long it takes (a coordinator that loads the group re-arms
+            # the holder's session). Or the member stalled (paused, or its loop blocked)
+            # between two requests for longer than a request's timeout and a backoff: a
+            # coordinator may have moved and re-armed the holder's session unseen
+            # (simulation consumer seed 1304 saw both: paused 14.8 s across two moves).
+            stalled = sent.sent_at - self._refused_sent_at > (
+                self.settings.request_timeout_ms + self.settings.retry_backoff_max_ms
+            )
+            own = reaction is R.UNRELEASED_INSTANCE and (
+                instance_holder(resp.error_message) == self.member_id
+            )
+            if self._refused_since is None or stalled or own:
                 self._refused_since = now
+            self._refused_sent_at = sent.sent_at
             if sent.sent_at - self._refused_since >= self.settings.session_timeout_ms:
                 self.record_fatal(self._error(code, "ConsumerGroupHeartbeat", resp.error_message))
             else:

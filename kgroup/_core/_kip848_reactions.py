@@ -10,7 +10,10 @@ Two deviations (docs/design/deviations.md):
 - UNRELEASED_INSTANCE_ID is retried with backoff for up to one broker session timeout
   before it is fatal (row 16). The instance id may still be held by this very member's
   previous incarnation (a lost join answer, or a rejoin after fencing), which the broker
-  releases when that session expires; the Java client dies at once.
+  releases when that session expires; the Java client dies at once. When the broker's
+  message names this member's own id as the holder (:func:`instance_holder`), the member
+  retries until the instance is released, with no limit: member ids are generated per
+  member (KIP-1082), so no other live process can be that holder.
 - GROUP_ID_NOT_FOUND answering a join (epoch 0) is retried the same way (row 19): Kafka
   answers it when it cannot convert a classic group yet: while its current assignments
   carry user data (a custom assignor's, or the follow-up mark of a cooperative-sticky
@@ -20,10 +23,11 @@ Two deviations (docs/design/deviations.md):
 from __future__ import annotations
 
 import enum
+import re
 
 from .._errors import ErrorCode
 
-__all__ = ["HEARTBEAT_REACTIONS", "HeartbeatReaction", "heartbeat_reaction"]
+__all__ = ["HEARTBEAT_REACTIONS", "HeartbeatReaction", "heartbeat_reaction", "instance_holder"]
 
 
 class HeartbeatReaction(enum.Enum):
@@ -80,3 +84,18 @@ HEARTBEAT_REACTIONS: dict[int, HeartbeatReaction] = {
 def heartbeat_reaction(code: int) -> HeartbeatReaction:
     """The reaction to ``code``; fatal when the table has no row for it."""
     return HEARTBEAT_REACTIONS.get(code, R.FATAL)
+
+
+#: Kafka's UNRELEASED_INSTANCE_ID message (4.0 to 4.4.0, GroupMetadataManager): "Static
+#: member M with instance id I cannot join the group because the instance id is owned by
+#: H member."
+_HOLDER = re.compile(r"instance id is owned by (\S+) member")
+
+
+def instance_holder(message: str | None) -> str | None:
+    """The member id an UNRELEASED_INSTANCE_ID answer names as the instance's holder, or
+    None when the message does not say (another broker, another wording)."""
+    if not message:
+        return None
+    found = _HOLDER.search(message)
+    return None if found is None else found.group(1)

@@ -425,7 +425,11 @@ class ConsumerGroupModel:
         if holder is None:
             return self._new_member(req, client), True
         if holder.epoch != LEAVE_STATIC:
-            raise _Refused(E.UNRELEASED_INSTANCE_ID, f"{req.instance_id} is {holder.member_id}")
+            raise _Refused(
+                E.UNRELEASED_INSTANCE_ID,
+                f"Static member {req.member_id} with instance id {req.instance_id} cannot join"
+                f" the group because the instance id is owned by {holder.member_id} member.",
+            )
         # Static replacement: the new member id takes over the instance's assignment.
         new = replace(holder, member_id=req.member_id, epoch=0, previous_epoch=0, client=client)
         self._trace(f"{req.member_id} ({client}) replaces static {holder.member_id}")

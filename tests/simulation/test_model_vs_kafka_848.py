@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from kgroup._core._kip848_reactions import instance_holder
 from kgroup.testing import KafkaBroker
 from kgroup.testing.messages import (
     ConsumerGroupHeartbeatRequest,
@@ -47,7 +48,9 @@ REBALANCE_TIMEOUT_MS = 30_000
 SHORT_REBALANCE_TIMEOUT_MS = 2_000
 
 #: What one answer shows: (error code, epoch, assignment as sorted partitions or None).
-Answer = tuple[int, int, tuple[int | str, ...] | None]
+#: (error code, epoch, assignment, the script member an UNRELEASED_INSTANCE_ID answer names
+#: as the instance's holder, as kgroup reads it from the message)
+Answer = tuple[int, int, tuple[int | str, ...] | None, str | None]
 
 
 @dataclass(frozen=True)
@@ -202,7 +205,9 @@ class Side:
                     )
                 )
             )
-            answers.append((resp.error_code, resp.member_epoch, assignment))
+            holder_id = instance_holder(resp.error_message)
+            holder = next((n for n, i in self.ids.items() if i == holder_id), holder_id)
+            answers.append((resp.error_code, resp.member_epoch, assignment, holder))
         return answers
 
     def _owned(self, tid: uuid.UUID, owned: tuple[int | str, ...]) -> tuple[TopicIdPartitions, ...]:
@@ -412,10 +417,10 @@ def normalized(answers: list[Answer]) -> list[Answer]:
     """Epochs above 0 renamed to the rank of their first appearance."""
     ranks: dict[int, int] = {}
     out: list[Answer] = []
-    for code, epoch, assignment in answers:
+    for code, epoch, assignment, holder in answers:
         if epoch > 0:
             epoch = 100 + ranks.setdefault(epoch, len(ranks))
-        out.append((code, epoch, assignment))
+        out.append((code, epoch, assignment, holder))
     return out
 
 

@@ -117,9 +117,11 @@ class Harness:
         code: int = 0,
         assigned: tuple[TopicIdPartitions, ...] | None = None,
         interval: int = 5_000,
+        message: str | None = None,
     ) -> None:
         resp = ConsumerGroupHeartbeatResponse(
             error_code=code,
+            error_message=message,
             member_id="m-1" if code == 0 else None,
             member_epoch=epoch if code == 0 else -1,
             heartbeat_interval_ms=interval if code == 0 else 0,
@@ -832,6 +834,9 @@ def test_unreleased_instance_window_starts_again_after_another_outcome() -> None
     h.at(50_000)  # 50 s after the first, but only 9 s into the new window
     h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
     assert h.state() is S.JOINING
+    h.at(80_000)
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.JOINING
     h.at(86_000)
     h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
     assert h.state() is S.FATAL
@@ -883,6 +888,83 @@ def test_unreleased_instance_window_still_ends_for_a_live_holder() -> None:
     assert sent.sent_at >= 10_000
     h.at(sent.sent_at + 5_000)
     h.answer(sent, code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.FATAL
+
+
+def owned_by(holder: str) -> str:
+    """Kafka 4.4.0's UNRELEASED_INSTANCE_ID message for a join by m-1 as i-1."""
+    return (
+        "Static member m-1 with instance id i-1 cannot join the group because the instance"
+        f" id is owned by {holder} member."
+    )
+
+
+def test_unreleased_instance_held_by_this_member_itself_is_waited_out() -> None:
+    """Deviation 16: when Kafka names this member's own id as the instance's holder (its
+    earlier incarnation, e.g. fenced by a lease that expired during a coordinator load),
+    the member retries past any session until the instance is released: no other process
+    can hold its member id. Each coordinator load re-arms that holder's session (simulation
+    consumer seed 1304). Another holder still ends the run a session later."""
+    h = Harness(settings={"instance_id": "i-1", "session_timeout_ms": 10_000})
+    h.found()
+    h.poll()
+    sends = 0
+    while h.now < 35_000:
+        action = h.hb()
+        if isinstance(action, HeartbeatWait):
+            h.at(action.until)
+            continue
+        h.answer(action, code=E.UNRELEASED_INSTANCE_ID, message=owned_by("m-1"))
+        sends += 1
+        assert h.state() is S.JOINING, h.now
+    assert sends > 10
+    action = h.hb()
+    if isinstance(action, HeartbeatWait):
+        h.at(action.until)
+        action = h.send()
+    h.answer(action, epoch=4)  # released at last: joined
+    assert h.state() is S.STABLE
+    assert not h.errors
+    # Another holder: fatal a session after its first such answer.
+    h2 = Harness(settings={"instance_id": "i-1", "session_timeout_ms": 10_000})
+    h2.found()
+    h2.poll()
+    while h2.state() is S.JOINING:
+        action = h2.hb()
+        if isinstance(action, HeartbeatWait):
+            h2.at(action.until)
+            continue
+        h2.answer(action, code=E.UNRELEASED_INSTANCE_ID, message=owned_by("m-0"))
+    assert h2.state() is S.FATAL
+    assert 10_000 <= h2.now < 12_000
+
+
+def test_unreleased_instance_window_starts_again_after_the_member_stalled() -> None:
+    """Deviation 16: a gap between two refused requests longer than a request timeout
+    plus the longest backoff means the member stalled (paused, or its loop blocked); a
+    coordinator may have moved and re-armed the holder's session meanwhile, unseen, so the
+    run starts again (simulation consumer seed 1304: paused 14.8 s across two moves)."""
+    h = Harness(
+        settings={
+            "instance_id": "i-1",
+            "session_timeout_ms": 10_000,
+            "request_timeout_ms": 5_000,
+            "retry_backoff_max_ms": 1_000,
+        }
+    )
+    h.found()
+    h.poll()
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)  # the run opens at 0
+    h.at(8_000)  # stalled: the next request goes out 8 s later
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    h.at(12_000)  # sent 12 s after the run first opened, 4 s after it opened again
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.JOINING
+    h.at(17_000)  # 5 s: within a request timeout and a backoff, so the run goes on
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
+    assert h.state() is S.JOINING
+    h.at(18_000)  # a session after the run opened again
+    h.answer(h.send(), code=E.UNRELEASED_INSTANCE_ID)
     assert h.state() is S.FATAL
 
 
