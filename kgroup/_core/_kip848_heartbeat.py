@@ -9,7 +9,8 @@ reports answers with :meth:`~HeartbeatDriver.on_heartbeat_response` or
 - otherwise on the group's next grid tick (:mod:`._kip848_grid`; at most one broker
   interval after the previous send), except after an answer that brought a new
   assignment (or the join): then at doubling gaps from ``pickup_first_ms`` until the gap
-  reaches the interval, held at ``pickup_hold_gap_ms`` for ``pickup_hold_ms`` if set (pickup
+  reaches the interval, held at ``pickup_hold_gap_ms`` for ``pickup_hold_ms`` when that gap
+  is at most a quarter of the interval, and never past the next grid tick (pickup
   heartbeats: partitions another member is still revoking arrive in the answer to one of
   them);
 - the poll timer: when the application has not polled for ``max_poll_interval_ms``, the
@@ -506,25 +507,9 @@ class HeartbeatDriver(ConsumerMemberBase):
     def _next_gap(self, sent_at: float, changed: bool) -> float:
         """The wait from this answered heartbeat's send (at ``sent_at``) to the next one:
         the pickup gap, which starts over on a new assignment and doubles on every other
-        answer until it reaches the interval (deviations.md row 18); otherwise until the
-        group's next grid tick (row 22), or one interval."""
-        first = self.settings.pickup_first_ms
-        if first is not None:
-            if changed:
-                self._pickup_gap = float(first)
-                self._pickup_since = sent_at
-            elif self._pickup_gap is not None:
-                self._pickup_gap *= 2
-                if sent_at - self._pickup_since < self.settings.pickup_hold_ms:
-                    # The hold: the gap stops growing at pickup_hold_gap_ms for a while, as a
-                    # replacement member often joins within a second or two of a change.
-                    self._pickup_gap = min(
-                        self._pickup_gap, float(self.settings.pickup_hold_gap_ms)
-                    )
-            if self._pickup_gap is not None and self._pickup_gap >= self.heartbeat_interval_ms:
-                self._pickup_gap = None
-            if self._pickup_gap is not None:
-                return self._pickup_gap
+        answer until it reaches the interval (deviations.md row 18), but never past the
+        group's next grid tick; otherwise until that tick (row 22), or one interval."""
+        tick_gap: float | None = None
         if self.settings.heartbeat_grid and self.heartbeat_interval_ms > 0:
             tick = next_tick(
                 sent_at,
@@ -532,7 +517,31 @@ class HeartbeatDriver(ConsumerMemberBase):
                 interval_ms=self.heartbeat_interval_ms,
                 wall_offset_ms=self.wall_offset_ms,
             )
-            return tick - sent_at
+            tick_gap = tick - sent_at
+        first = self.settings.pickup_first_ms
+        if first is not None:
+            if changed:
+                self._pickup_gap = float(first)
+                self._pickup_since = sent_at
+            elif self._pickup_gap is not None:
+                self._pickup_gap *= 2
+                hold_gap = self.settings.pickup_hold_gap_ms
+                if (
+                    sent_at - self._pickup_since < self.settings.pickup_hold_ms
+                    and 4 * hold_gap <= self.heartbeat_interval_ms
+                ):
+                    # The hold: the gap stops growing at pickup_hold_gap_ms for a while, as a
+                    # replacement member often joins within a second or two of a change.
+                    # Not with a short interval: the grid's ticks come nearly as often.
+                    self._pickup_gap = min(self._pickup_gap, float(hold_gap))
+            if self._pickup_gap is not None and self._pickup_gap >= self.heartbeat_interval_ms:
+                self._pickup_gap = None
+            if self._pickup_gap is not None:
+                # A pickup never skips a grid tick: a handoff on close counts on every
+                # member heartbeating on each one.
+                return self._pickup_gap if tick_gap is None else min(self._pickup_gap, tick_gap)
+        if tick_gap is not None:
+            return tick_gap
         return self.heartbeat_interval_ms
 
     def _error(self, code: int, api: str, message: str | None) -> GroupError:

@@ -98,8 +98,10 @@ class ConsumerProtocolSettings:
       the answer to one of these rather than a whole interval later (None: only at the
       interval, as Kafka's client; deviations.md row 18).
     - ``pickup_hold_ms``, ``pickup_hold_gap_ms``: for ``pickup_hold_ms`` after that answer
-      the gaps stop growing at ``pickup_hold_gap_ms``, then double on to the interval (0,
-      the default: no hold; on, its gaps can skip a grid tick, which a handoff relies on).
+      the gaps stop growing at ``pickup_hold_gap_ms``, then double on to the interval (0:
+      no hold). Only when that gap is at most a quarter of the broker's interval: with a
+      shorter interval the grid's ticks come nearly as often. A pickup never passes the
+      next grid tick, which a handoff on close relies on.
     - ``heartbeat_grid``: regular heartbeats fall on the group's grid (:mod:`._kip848_grid`,
       deviations.md row 22); False: one interval after the previous send, as Kafka's client.
     - ``handoff_lead_ms``: how long before a grid tick a close with a handoff starts
@@ -123,7 +125,7 @@ class ConsumerProtocolSettings:
     request_timeout_ms: int = 30_000
     leave_epoch_on_close: int | None = -1
     pickup_first_ms: int | None = 25
-    pickup_hold_ms: int = 0
+    pickup_hold_ms: int = 2_000
     pickup_hold_gap_ms: int = 200
     heartbeat_grid: bool = True
     handoff_lead_ms: int = 50

@@ -108,6 +108,22 @@ def test_the_first_regular_heartbeat_comes_within_an_interval() -> None:
     assert _on_grid(first, 0.0)
 
 
+def test_pickup_heartbeats_never_skip_a_grid_tick() -> None:
+    """Pickup gaps (held at 200 ms, then doubling: deviation 18) stop at the next grid
+    tick: a handoff on close counts on every member heartbeating on each tick (CI caught
+    1.0 s gaps in ``test_kip848_handoff.py`` when pickups skipped ticks). Checked for
+    joins all over the interval."""
+    for step in range(0, INTERVAL, 125):
+        h = Harness(settings={**GRID, "pickup_first_ms": 25})
+        _stable(h, offset=float(step), join_at=0.0)
+        sends = _regular_sends(h, 25)
+        tick = next_tick(10.0, group_id="g", interval_ms=INTERVAL, wall_offset_ms=float(step))
+        while tick <= sends[-1]:
+            assert tick in sends, (step, tick, sends)
+            tick += INTERVAL
+        assert any(not _on_grid(t, float(step)) for t in sends[:3]), "pickups came first"
+
+
 def test_pickup_heartbeats_come_first_then_the_grid() -> None:
     h = Harness(settings={**GRID, "pickup_first_ms": 25})
     _stable(h, offset=0.0, join_at=0.0)

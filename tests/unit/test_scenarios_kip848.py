@@ -1118,8 +1118,8 @@ def test_pickup_heartbeats_double_from_the_first_gap_up_to_the_interval() -> Non
     """After a new assignment the member heartbeats at doubling gaps (25 ms started by the
     answer that brought it, then 50, 100, ... from each send) until the gap reaches the
     broker's interval, then at the interval again. For the first 2 s (the hold) the gaps
-    stop growing at 200 ms when the hold is on (off by default)."""
-    gaps = _pickup_gaps({"pickup_first_ms": 25, "pickup_hold_ms": 2_000}, 22)
+    stop growing at 200 ms (the hold, on by default)."""
+    gaps = _pickup_gaps({"pickup_first_ms": 25}, 22)
     # The join was sent at 0 and the acknowledgement at 10: 60, 160, 360, then every 200 ms
     # until the send at 1,960, the last within the 2 s hold; then 400 ... 3,200 (the next
     # doubling, 6,400, passes the 5 s interval), then the interval.
@@ -1127,8 +1127,8 @@ def test_pickup_heartbeats_double_from_the_first_gap_up_to_the_interval() -> Non
     assert gaps[3:12] == [200] * 9
     assert gaps[12:17] == [400, 800, 1_600, 3_200, 5_000]
     assert set(gaps[16:]) == {5_000}
-    # Without the hold (the default): doubling only.
-    gaps = _pickup_gaps({"pickup_first_ms": 25}, 12)
+    # Without the hold: doubling only.
+    gaps = _pickup_gaps({"pickup_first_ms": 25, "pickup_hold_ms": 0}, 12)
     assert gaps[:8] == [50, 100, 200, 400, 800, 1_600, 3_200, 5_000]
     assert set(gaps[7:]) == {5_000}
 
