@@ -169,8 +169,9 @@ class GroupConsumer(_ConsumerFetch):
         self._in_hand: dict[TopicPartition, int] = {}
         self._back = asyncio.Event()
         self._back.set()
-        budget_ms = min(config.close_timeout_ms, config.request_timeout_ms)
-        self._batch_wait = budget_ms / 4000.0
+        #: close()'s budget for its commit (s); a revoke waits a quarter of it for a batch.
+        self._close_budget = min(config.close_timeout_ms, config.request_timeout_ms) / 1000.0
+        self._batch_wait = self._close_budget / 4
         self._poll_lock = asyncio.Lock()
         self._unsettled: tuple[asyncio.Future[Any], ...] = ()
         self._poll_slice = config.max_poll_interval_ms / 2000.0
@@ -312,10 +313,9 @@ class GroupConsumer(_ConsumerFetch):
                     async with asyncio.timeout(self._batch_wait), self._poll_lock:
                         pass
             if self._closing and self._auto_commit and self._member.state is MemberState.STABLE:
-                budget = min(self._config.close_timeout_ms, self._config.request_timeout_ms)
                 deliverable = self._deliverable()
                 await self._wait_for_batch(deliverable)
-                await self._auto_commit_now(deliverable, timeout=budget / 1000.0)
+                await self._auto_commit_now(deliverable, timeout=self._close_budget)
             await self._member.close(handoff=handoff)
         finally:
             self._end_drain()
