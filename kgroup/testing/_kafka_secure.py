@@ -3,8 +3,9 @@
 :class:`SecureKafkaBroker` is a :class:`KafkaBroker` with two more listeners:
 
 - ``SSL`` (TLS, no client certificate): its clients are ``User:ANONYMOUS``;
-- ``SASL_SSL`` with PLAIN and SCRAM-SHA-512: PLAIN users come from the listener's JAAS
-  configuration, SCRAM credentials are written by ``kafka-storage format --add-scram``.
+- ``SASL_SSL`` with PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512: PLAIN users come from the
+  listener's JAAS configuration, SCRAM credentials (both hashes) are written by
+  ``kafka-storage format --add-scram``.
 
 The plaintext listener stays for set-up (topic creation, ACLs) and for the controller.
 ``StandardAuthorizer`` is on with ``allow.everyone.if.no.acl.found=false``; the super users
@@ -88,7 +89,7 @@ class SecureKafkaBroker(KafkaBroker):
         super().__init__(**kwargs)
         self._ssl_port: int | None = None
         self._sasl_port: int | None = None
-        #: Per-user passwords (the same for PLAIN and SCRAM-SHA-512), random per broker.
+        #: Per-user passwords (the same for PLAIN and both SCRAM hashes), random per broker.
         self.passwords = {user: f"{user}-{secrets.token_hex(8)}" for user in USERS}
         self.store_password = secrets.token_hex(12)
         self.ca_file: Path | None = None
@@ -132,11 +133,16 @@ class SecureKafkaBroker(KafkaBroker):
                 "ssl.keystore.password": self.store_password,
                 "ssl.key.password": self.store_password,
                 "ssl.client.auth": "none",
-                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
-                "listener.name.sasl_ssl.sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-512",
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+                "listener.name.sasl_ssl.sasl.enabled.mechanisms": (
+                    "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+                ),
                 "listener.name.sasl_ssl.plain.sasl.jaas.config": (
                     "org.apache.kafka.common.security.plain.PlainLoginModule required "
                     f'username="admin" password="{self.passwords["admin"]}" {plain_users};'
+                ),
+                "listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required;"
                 ),
                 "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
                     "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -153,7 +159,8 @@ class SecureKafkaBroker(KafkaBroker):
     def _format_args(self) -> list[str]:
         args: list[str] = []
         for user, password in self.passwords.items():
-            args += ["--add-scram", f"SCRAM-SHA-512=[name={user},password={password}]"]
+            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512"):
+                args += ["--add-scram", f"{mechanism}=[name={user},password={password}]"]
         return args
 
     def allow(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import structlog
 
-from kgroup.testing import KafkaBroker, MemberGroup, TansuBroker, free_port
+from kgroup.testing import KafkaBroker, MemberGroup, TansuBroker
 from tests.integration.conftest import group_config
 
 HEARTBEAT, JOIN_GROUP, SYNC_GROUP, FIND_COORDINATOR = 12, 11, 14, 10
@@ -31,7 +32,12 @@ class Mangler:
     ``start``/``address``/``set_upstream`` part of FaultProxy that brokers use)."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        # Bound and listening from here on: a port only found free (free_port()) could be
+        # taken while the broker starts (CI saw "address already in use" in serve()).
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self.port: int = self._sock.getsockname()[1]
         self.upstream: tuple[str, int] | None = None
         self.rule: tuple[int, str] | None = None
         self.left = 0
@@ -55,7 +61,7 @@ class Mangler:
         self.rule, self.left = (api_key, how), count
 
     async def serve(self) -> None:
-        self._server = await asyncio.start_server(self._client, "127.0.0.1", self.port)
+        self._server = await asyncio.start_server(self._client, sock=self._sock)
 
     async def aclose(self) -> None:
         if self._server is not None:
@@ -67,6 +73,8 @@ class Mangler:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        else:
+            self._sock.close()
 
     async def _client(self, creader: asyncio.StreamReader, cwriter: asyncio.StreamWriter) -> None:
         self.accepted += 1
@@ -201,9 +209,9 @@ async def test_spoiled_heartbeat_answer_costs_a_reconnect_and_nothing_else(
     generation with the same assignment and no listener callback (the session never
     lapsed, so nothing was lost)."""
     mangler = Mangler()
-    broker = tansu_broker_factory(proxy=mangler)
     topic = "t-malformed"
     try:
+        broker = tansu_broker_factory(proxy=mangler)
         async with MemberGroup() as group:
             with structlog.testing.capture_logs() as entries:
                 member = await stable_behind(mangler, broker, group, unique_group, topic)
@@ -239,9 +247,9 @@ async def test_spoiled_join_answer_is_retried(
     (half a frame, or a 2 GiB size) costs that request's timeout: for JoinGroup the
     rebalance timeout plus 5 s, since a coordinator may hold a JoinGroup that long."""
     mangler = Mangler()
-    broker = tansu_broker_factory(proxy=mangler)
     topic = "t-malformed"
     try:
+        broker = tansu_broker_factory(proxy=mangler)
         async with MemberGroup() as group:
             mangler.spoil(api, how)
             member = await stable_behind(mangler, broker, group, unique_group, topic, 6_000)
@@ -257,9 +265,9 @@ async def test_on_kafka_garbage_heartbeat_answers_keep_the_membership(
 ) -> None:
     """The same on Apache Kafka, with three spoiled answers in a row of different kinds."""
     mangler = Mangler()
-    broker = kafka_broker_factory(proxy=mangler)
     topic = "t-malformed"
     try:
+        broker = kafka_broker_factory(proxy=mangler)
         async with MemberGroup() as group:
             member = await stable_behind(mangler, broker, group, unique_group, topic)
             generation, seen = member.member.generation, len(member.events)

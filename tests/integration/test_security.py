@@ -1,8 +1,8 @@
-"""TLS and SASL (PLAIN, SCRAM-SHA-512) on Apache Kafka with ACLs enforced.
+"""TLS and SASL (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) on Apache Kafka with ACLs enforced.
 
 One session-scoped :class:`~kgroup.testing.SecureKafkaBroker` (``secure_kafka_broker``):
 an SSL listener (principal ANONYMOUS, a super user), a SASL_SSL listener with PLAIN and
-SCRAM-SHA-512, ``StandardAuthorizer`` with ``allow.everyone.if.no.acl.found=false``.
+both SCRAM hashes, ``StandardAuthorizer`` with ``allow.everyone.if.no.acl.found=false``.
 ``alice`` may READ groups starting with ``g-allowed`` and READ/DESCRIBE topics starting
 with ``sec-``; ``bob`` has no group ACL.
 """
@@ -108,7 +108,7 @@ async def test_ssl_member_joins(secure: SecureKafkaBroker, topic: str) -> None:
         assert not runner.errors
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 async def test_sasl_members_join_and_rebalance(
     secure: SecureKafkaBroker, topic: str, mechanism: str
 ) -> None:
@@ -127,7 +127,7 @@ async def test_sasl_members_join_and_rebalance(
         assert not first.errors and not second.errors
 
 
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 async def test_wrong_password_fails_fast(
     secure: SecureKafkaBroker, topic: str, mechanism: str, sent_requests: list[Any]
 ) -> None:
