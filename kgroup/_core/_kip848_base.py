@@ -281,10 +281,16 @@ class ConsumerMemberBase:
         """Fence the member locally when its lease has run out: by then the broker may have
         removed it (session) or fenced it (revocation deadline) and given its partitions to
         another member."""
-        if not self._holding() and self._session_lapsed(now):
-            # Nothing owned, so no lease; but the broker has removed the member, and an
-            # old target must not be installed now: rejoin.
-            self._fence("session expired", now)
+        if not self._holding():
+            # Nothing owned, so no lease; but the broker may have removed the member (its
+            # session), or fenced it for a revoke it did not hear of in time (simulation
+            # consumer seed 11268: paused past the deadline, then it installed a partition
+            # of its old target that another member held). An old target must not be
+            # installed now: rejoin.
+            if self._session_lapsed(now):
+                self._fence("session expired", now)
+            elif self._revoke_lapsed(now):
+                self._fence("revocation deadline passed", now)
             return
         until = self.valid_until
         if until is not None and now >= until and self.state in IN_GROUP:
@@ -308,6 +314,16 @@ class ConsumerMemberBase:
             and self.member_epoch > 0
             and self._session_proof is not None
             and now >= self._session_proof + self._session_timeout_of(self._session_proof)
+        )
+
+    def _revoke_lapsed(self, now: float) -> bool:
+        """In the group with an epoch, and the broker has not heard of a revoke within its
+        deadline (it stays set until the broker has, HeartbeatDriver._accept)."""
+        return (
+            self.state in (S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)
+            and self.member_epoch > 0
+            and self._revoke_deadline is not None
+            and now >= self._revoke_deadline
         )
 
     def _session_timeout_of(self, proof: float) -> int:

@@ -1321,3 +1321,45 @@ def test_a_revocation_deadline_runs_from_a_heartbeat_whose_answer_was_lost() -> 
     h.answer(again, epoch=6, assigned=assignment((T1, (0,))), interval=500)  # drops t1-1
     h.m.polled(h.now)
     assert h.m.valid_until == lost.sent_at + 6_000  # not again.sent_at + 6_000
+
+
+def test_a_member_holding_nothing_rejoins_once_an_unheard_revoke_is_past_its_deadline() -> None:
+    """Simulation consumer seed 11268: a member got partitions it never installed (its
+    application did not poll), then a target that took some back. Kafka counts what it
+    assigned as owned, so the revocation deadline ran, and the member's heartbeats never
+    told the broker it held none of them: the broker fenced it at the deadline and gave the
+    partitions on. When the application polled again, after the deadline, the member
+    installed the rest of its old target, a partition another member held. Holding
+    nothing, it had no lease to end: now it rejoins instead."""
+    # The rebalance timeout is max_poll_interval_ms; the application's poll() is entered
+    # (the poll timer resets) but stuck before it reconciles, as a slow poll is.
+    h = Harness(settings={"max_poll_interval_ms": 3_000, "session_timeout_ms": 45_000})
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=3, assigned=assignment((T1, (0, 1))), interval=500)
+    assert h.state() is S.RECONCILING and not h.m.owned  # not installed: no poll since
+
+    def heartbeat(assigned: tuple[TopicIdPartitions, ...] | None = None) -> SendConsumerHeartbeat:
+        action = h.hb()
+        while isinstance(action, HeartbeatWait):
+            h.at(action.until)
+            action = h.hb()
+        h.at(h.now + 5)
+        h.answer(action, epoch=3, assigned=assigned, interval=500)
+        h.m.polled(h.now)
+        return action
+
+    revoking = heartbeat(assignment((T1, (0,))))  # t1-1 taken back: the deadline runs
+    deadline = revoking.sent_at + 3_000
+    while True:
+        action = h.hb()
+        assert isinstance(action, HeartbeatWait)
+        if action.until >= deadline:
+            break
+        sent = heartbeat()
+        assert sent.request.topic_partitions is None, "never told the broker"
+    h.at(deadline)
+    h.poll()
+    assert h.calls == []  # nothing installed, so nothing lost either
+    assert h.state() is S.JOINING
+    assert h.send().request.member_epoch == 0
