@@ -1344,6 +1344,7 @@ def test_a_member_holding_nothing_rejoins_once_an_unheard_revoke_is_past_its_dea
         while isinstance(action, HeartbeatWait):
             h.at(action.until)
             action = h.hb()
+        assert isinstance(action, SendConsumerHeartbeat)
         h.at(h.now + 5)
         h.answer(action, epoch=3, assigned=assigned, interval=500)
         h.m.polled(h.now)
