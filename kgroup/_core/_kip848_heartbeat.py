@@ -235,13 +235,25 @@ class HeartbeatDriver(ConsumerMemberBase):
             server_assignor=fields.server_assignor if changed("server_assignor") else None,
             # An acknowledgement always reports what the member owns: the broker moves a
             # member past a revocation only on a heartbeat that carries its partitions.
+            # DEVIATION (spec §10.5, deviations.md row 23): so does every heartbeat while a
+            # revocation runs that the member has nothing left to give up for (partitions
+            # it was given but never installed).
             topic_partitions=(
                 by_topic(fields.owned)
-                if changed("owned") or self.state is S.ACKNOWLEDGING
+                if changed("owned")
+                or self.state is S.ACKNOWLEDGING
+                or self._revoked_unreported(fields.owned)
                 else None
             ),
         )
         return req, fields
+
+    def _revoked_unreported(self, owned: frozenset[IdPartition]) -> bool:
+        """A revocation's deadline runs on the broker, and the member holds nothing outside
+        its target: only a heartbeat that says so moves it past the revocation (else the
+        broker fences it at the deadline, simulation consumer seed 11268)."""
+        target = self.target
+        return self._revoke_deadline is not None and target is not None and owned <= target
 
     def _reported_owned(self) -> frozenset[IdPartition]:
         """The partitions a heartbeat reports: what the member owns, and while a

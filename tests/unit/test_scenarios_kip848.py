@@ -996,8 +996,9 @@ def test_revocation_deadline_for_partitions_assigned_but_not_yet_installed() -> 
     member has not reconciled it yet, and the next answer drops one of its partitions.
     Kafka counts what it assigned as the member's, installed or not, and waits for a
     heartbeat carrying the member's partitions without it, until the rebalance timeout;
-    heartbeats without partitions do not end that wait. The lease ends at that deadline
-    unless the acknowledgement is answered first."""
+    heartbeats without partitions do not end that wait. So the member's next heartbeat
+    carries its partitions (seed 11268), and the answer to it ends the deadline, before
+    the application has reconciled."""
     h = Harness(settings={"max_poll_interval_ms": 6_000, "session_timeout_ms": 20_000})
     h.found()
     h.poll()
@@ -1007,12 +1008,12 @@ def test_revocation_deadline_for_partitions_assigned_but_not_yet_installed() -> 
     h.at(10)
     h.answer(ack, epoch=5, interval=500)
 
-    def beat() -> SendConsumerHeartbeat:
+    def beat(reports: bool = False) -> SendConsumerHeartbeat:
         action = h.hb()
         assert isinstance(action, HeartbeatWait)
         h.at(action.until)
         sent = h.send()
-        assert sent.request.topic_partitions is None
+        assert (sent.request.topic_partitions is not None) is reports
         h.at(h.now + 5)
         return sent
 
@@ -1022,16 +1023,15 @@ def test_revocation_deadline_for_partitions_assigned_but_not_yet_installed() -> 
     assert h.m.owned == {IdPartition(T1, 0)}
     h.m.polled(h.now)  # the application is in poll(), its callbacks not run yet
     assert h.m.valid_until == second.sent_at + 6_000  # the broker's revocation deadline
-    h.answer(beat(), epoch=7, interval=500)  # a heartbeat without partitions...
-    assert h.m.valid_until == second.sent_at + 6_000  # ...does not end it
+    report = beat(reports=True)  # what the member holds: t1-0, nothing of t1-2
+    assert report.request.topic_partitions == assignment((T1, (0,)))
+    h.answer(report, epoch=7, interval=500)
+    until = h.m.valid_until
+    assert until is not None and until > second.sent_at + 6_000  # past the revocation
     h.poll()  # reconciles t1-0, t1-1; the acknowledgement carries them
     assert h.m.owned == {IdPartition(T1, 0), IdPartition(T1, 1)}
     done = h.send()
     assert done.request.topic_partitions == assignment((T1, (0, 1)))
-    h.at(h.now + 5)
-    h.answer(done, epoch=7, interval=500)
-    until = h.m.valid_until
-    assert until is not None and until > second.sent_at + 6_000
 
 
 def test_a_heartbeat_during_a_reconciliation_reports_what_is_being_installed() -> None:
@@ -1330,7 +1330,8 @@ def test_a_member_holding_nothing_rejoins_once_an_unheard_revoke_is_past_its_dea
     told the broker it held none of them: the broker fenced it at the deadline and gave the
     partitions on. When the application polled again, after the deadline, the member
     installed the rest of its old target, a partition another member held. Holding
-    nothing, it had no lease to end: now it rejoins instead."""
+    nothing, it had no lease to end: now it rejoins instead. (Its heartbeats now report
+    that it holds nothing, which spares the fencing; here none of them is answered.)"""
     # The rebalance timeout is max_poll_interval_ms; the application's poll() is entered
     # (the poll timer resets) but stuck before it reconciles, as a slow poll is.
     h = Harness(settings={"max_poll_interval_ms": 3_000, "session_timeout_ms": 45_000})
@@ -1352,15 +1353,46 @@ def test_a_member_holding_nothing_rejoins_once_an_unheard_revoke_is_past_its_dea
 
     revoking = heartbeat(assignment((T1, (0,))))  # t1-1 taken back: the deadline runs
     deadline = revoking.sent_at + 3_000
-    while True:
+    while True:  # the heartbeats that would tell the broker all go unanswered
         action = h.hb()
-        assert isinstance(action, HeartbeatWait)
-        if action.until >= deadline:
+        while isinstance(action, HeartbeatWait) and action.until < deadline:
+            h.at(action.until)
+            action = h.hb()
+        if not isinstance(action, SendConsumerHeartbeat):
             break
-        sent = heartbeat()
-        assert sent.request.topic_partitions is None, "never told the broker"
+        assert action.request.topic_partitions == (), "it says it holds nothing"
+        h.at(h.now + 5)
+        h.m.on_heartbeat_failed(action, h.now, "timed out", disconnected=False)
+        h.m.polled(h.now)
     h.at(deadline)
     h.poll()
     assert h.calls == []  # nothing installed, so nothing lost either
     assert h.state() is S.JOINING
     assert h.send().request.member_epoch == 0
+
+
+def test_a_revoke_of_partitions_never_installed_is_reported_at_the_next_heartbeat() -> None:
+    """A target that takes back partitions the member was given but never installed: the
+    member's next heartbeat reports what it holds (nothing), so the broker moves it past the
+    revocation at once, and the application's late poll installs the rest (without the
+    report Kafka waits for one until the revocation deadline, then fences the member:
+    simulation consumer seed 11268)."""
+    h = Harness(settings={"max_poll_interval_ms": 3_000, "session_timeout_ms": 45_000})
+    h.found()
+    h.poll()
+    h.answer(h.send(), epoch=3, assigned=assignment((T1, (0, 1))), interval=500)
+    h.at(h.hb().until)
+    h.answer(h.send(), epoch=3, assigned=assignment((T1, (0,))), interval=500)
+    assert h.m._revoke_deadline is not None
+    h.m.polled(h.now)
+    h.at(h.hb().until)
+    report = h.send()
+    assert report.request.topic_partitions == ()
+    h.answer(report, epoch=3, interval=500)
+    assert h.m._revoke_deadline is None
+    h.at(h.hb().until)
+    assert h.send().request.topic_partitions is None  # once is enough
+    h.at(h.now + 3_000)
+    h.poll()
+    assert h.calls == [("assigned", tp("t1", 0))]
+    assert h.state() is S.ACKNOWLEDGING
