@@ -18,9 +18,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
+import structlog
 from aiokafka.conn import create_conn
 
-from kgroup import GroupConfig, TopicPartition
+from kgroup import GroupConfig, GroupMember, TopicPartition
 from kgroup._core._consumer_protocol import Assignment, Subscription
 from kgroup._core._consumer_protocol import TopicPartition as WireTopicPartition
 from kgroup._core._messages import FindCoordinatorRequest, JoinGroupRequest, SyncGroupRequest
@@ -132,6 +133,46 @@ async def test_crashed_member_loses_its_partitions_after_the_session(
         assert SESSION_MS / 1000 - 2 * HEARTBEAT_MS / 1000 <= took <= SESSION_MS / 1000 + 5.0
         assert taken <= a.assignment
         assert lost_events(a) == [] and a.errors == []
+
+
+async def test_a_revoke_of_partitions_never_installed_reaches_the_broker_without_a_poll(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    """Deviation 23: a joins and is given both partitions, but its application does not
+    poll again, so it installs nothing. b joins, and Kafka takes one partition back from a.
+    Kafka counts what it assigned as a's and waits for a heartbeat that reports a's
+    partitions; a's heartbeats (its own task) now say it holds none, so b gets its
+    partition within a few heartbeats, not at a's revocation deadline (its 60 s rebalance
+    timeout), when Kafka would fence a (simulation consumer seed 11268)."""
+    topic = make_topic(2)
+    await short_session(kafka_broker, unique_group)
+    cfg = consumer_config(kafka_broker, unique_group, topic, max_poll_interval_ms=60_000)
+    a = GroupMember(cfg)
+    await a.start()
+    try:
+        with structlog.testing.capture_logs() as entries:
+            async with MemberGroup() as group:
+                await a.poll(timeout=0)  # the first poll joins; the application stops here
+
+                def given_both() -> bool:
+                    return any(
+                        e["event"] == "member.assignment_received" and e["partitions"] == 2
+                        for e in entries
+                    )
+
+                await group.wait_until(given_both, timeout=30, what="a given both")
+                b = await group.start(consumer_config(kafka_broker, unique_group, topic))
+                # Well before a's 60 s deadline (without the report: about 60 s, then a
+                # is fenced).
+                await group.wait_until(
+                    lambda: len(b.assignment) == 1, timeout=20, what="b gets a partition"
+                )
+                assert a.assignment == frozenset()  # a installed nothing: it never polled
+                assert not any(
+                    e["event"] in ("member.fenced", "member.lease_expired") for e in entries
+                )
+    finally:
+        await a.close()
 
 
 # -- 3. one group: kgroup, Kafka's Java client and librdkafka ----------------------------------
