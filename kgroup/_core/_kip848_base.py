@@ -307,11 +307,13 @@ class ConsumerMemberBase:
             return self.owned
         return self.owned | reconciling.owned_after
 
+    def _in_group_with_epoch(self) -> bool:
+        return self.state in (S.RECONCILING, S.ACKNOWLEDGING, S.STABLE) and self.member_epoch > 0
+
     def _session_lapsed(self, now: float) -> bool:
         """In the group with an epoch, and no answered heartbeat for a session timeout."""
         return (
-            self.state in (S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)
-            and self.member_epoch > 0
+            self._in_group_with_epoch()
             and self._session_proof is not None
             and now >= self._session_proof + self._session_timeout_of(self._session_proof)
         )
@@ -320,8 +322,7 @@ class ConsumerMemberBase:
         """In the group with an epoch, and the broker has not heard of a revoke within its
         deadline (it stays set until the broker has, HeartbeatDriver._accept)."""
         return (
-            self.state in (S.RECONCILING, S.ACKNOWLEDGING, S.STABLE)
-            and self.member_epoch > 0
+            self._in_group_with_epoch()
             and self._revoke_deadline is not None
             and now >= self._revoke_deadline
         )

@@ -533,10 +533,10 @@ def test_coordinator_moved_looks_up_again_without_backoff(code: int) -> None:
     assert h.send().request.topic_partitions is not None  # full, at once
 
 
-def refuse_joins(h: Harness, code: int) -> int:
-    """Answer every join ``h`` sends with ``code``, waiting out each backoff, until the member
-    stops sending; return how many joins it sent. Between answers, ``poll()`` reports
-    nothing (the refusals are retried silently)."""
+def refuse_joins(h: Harness, code: int, message: str | None = None) -> int:
+    """Answer every join ``h`` sends with ``code`` (and ``message``), waiting out each
+    backoff, until the member stops sending; return how many joins it sent. Between
+    answers, ``poll()`` reports nothing (the refusals are retried silently)."""
     h.found()
     h.poll()
     sends = 0
@@ -549,7 +549,7 @@ def refuse_joins(h: Harness, code: int) -> int:
             return sends
         assert action.request.member_epoch == 0
         sends += 1
-        h.answer(action, code=code)
+        h.answer(action, code=code, message=message)
         if h.state() is S.JOINING:
             assert isinstance(h.poll(), PollIdle)
 
@@ -927,14 +927,7 @@ def test_unreleased_instance_held_by_this_member_itself_is_waited_out() -> None:
     assert not h.errors
     # Another holder: fatal a session after its first such answer.
     h2 = Harness(settings={"instance_id": "i-1", "session_timeout_ms": 10_000})
-    h2.found()
-    h2.poll()
-    while h2.state() is S.JOINING:
-        action = h2.hb()
-        if isinstance(action, HeartbeatWait):
-            h2.at(action.until)
-            continue
-        h2.answer(action, code=E.UNRELEASED_INSTANCE_ID, message=owned_by("m-0"))
+    refuse_joins(h2, E.UNRELEASED_INSTANCE_ID, owned_by("m-0"))
     assert h2.state() is S.FATAL
     assert 10_000 <= h2.now < 12_000
 
