@@ -51,12 +51,17 @@ differ from the 2024 sources (``test_model_vs_kafka_848.py`` keeps them compared
 - **A topic created** that the members subscribe to (the same method, with it): its
   partitions join the target (compared with Kafka by the ``creation`` script, with
   ``range``).
+- **A topic deleted and created again under its name** (the same method, with a new
+  incarnation, :attr:`BrokerConfig848.incarnations`): the new topic has a new id, so its
+  partitions are other partitions than the old one's. Each owner of an old partition
+  revokes it before it is given a new one, and another member may be given the new
+  partition of a name while the old one's owner still revokes it (compared with Kafka by
+  the ``recreation`` script).
 
-Not modelled: regex subscriptions, a topic created again under its name (a new id for a
-known name), rack awareness, classic members in a consumer group, the group size
-limit, assignment batching (interval 0), offsets. Every change is durable at once (the
-persisted record is the whole state): a coordinator that loads the group sees every
-answered change.
+Not modelled: regex subscriptions, rack awareness, classic members in a consumer group,
+the group size limit, assignment batching (interval 0), offsets. Every change is durable
+at once (the persisted record is the whole state): a coordinator that loads the group
+sees every answered change.
 
 :meth:`ConsumerGroupModel.check` is invariant 4 for these groups.
 """
@@ -93,9 +98,12 @@ P = IdPartition
 JOIN, LEAVE, LEAVE_STATIC = 0, -1, -2
 
 
-def topic_id(name: str) -> uuid.UUID:
-    """The simulated cluster's id of topic ``name`` (stable across runs)."""
-    return uuid.uuid5(uuid.NAMESPACE_URL, f"kgroup-sim/{name}")
+def topic_id(name: str, incarnation: int = 0) -> uuid.UUID:
+    """The simulated cluster's id of topic ``name`` (stable across runs); ``incarnation``
+    counts the times the topic was created again under its name (a new id each time)."""
+    if incarnation == 0:
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"kgroup-sim/{name}")
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"kgroup-sim/{name}#{incarnation}")
 
 
 class MemberState848(enum.Enum):
@@ -141,6 +149,12 @@ class BrokerConfig848:
     topics: Mapping[str, int] = field(default_factory=dict)
     #: the server assignor: ``uniform`` (Kafka's default) or ``range``
     assignor: str = "uniform"
+    #: topic name -> how many times it was created again under that name (absent: 0)
+    incarnations: Mapping[str, int] = field(default_factory=dict)
+
+    def ids(self) -> dict[str, uuid.UUID]:
+        """Every topic's current id, by name."""
+        return {t: topic_id(t, self.incarnations.get(t, 0)) for t in self.topics}
 
 
 def by_topic(parts: Iterable[IdPartition]) -> tuple[TopicIdPartitions, ...]:
@@ -165,10 +179,11 @@ class _Refused(Exception):
         self.code = code
 
 
-def _universe(topics: Mapping[str, int]) -> list[IdPartition]:
-    """Every partition of ``topics``, in a stable order."""
+def _universe(config: BrokerConfig848) -> list[IdPartition]:
+    """Every partition of the config's topics, in a stable order."""
+    ids = config.ids()
     return sorted(
-        (P(topic_id(t), p) for t, n in topics.items() for p in range(n)),
+        (P(ids[t], p) for t, n in config.topics.items() for p in range(n)),
         key=lambda p: (str(p.topic_id), p.partition),
     )
 
@@ -197,7 +212,7 @@ class ConsumerGroupModel:
         self.target: dict[str, frozenset[IdPartition]] = {}
         #: Group epoch bumps (the summary's "rebalances").
         self.rebalances = 0
-        self.universe = _universe(config.topics)
+        self.universe = _universe(config)
 
     @classmethod
     def load(
@@ -292,12 +307,19 @@ class ConsumerGroupModel:
         self.group_epoch += 1
         self.rebalances += 1
 
-    def topics_changed(self, topics: Mapping[str, int]) -> None:
+    def topics_changed(
+        self, topics: Mapping[str, int], incarnations: Mapping[str, int] | None = None
+    ) -> None:
         """The broker's metadata changed a topic the group subscribes to (Kafka's
         ``onMetadataUpdate``): the partitions to assign follow, and the group epoch is bumped
-        so that the next heartbeat computes a new target."""
-        self.config = replace(self.config, topics=dict(topics))
-        self.universe = _universe(self.config.topics)
+        so that the next heartbeat computes a new target. ``incarnations``: topics created
+        again under their names (new ids; None: as before)."""
+        self.config = replace(
+            self.config,
+            topics=dict(topics),
+            incarnations=dict(self.config.incarnations if incarnations is None else incarnations),
+        )
+        self.universe = _universe(self.config)
         if self.exists:
             self._bump()
             self._trace(f"topics {dict(topics)}: group epoch {self.group_epoch}")
@@ -489,10 +511,14 @@ class ConsumerGroupModel:
         )
 
     def _show(self, parts: Iterable[IdPartition]) -> str:
-        names = {topic_id(t): t for t in self.config.topics}
-        return "[" + ",".join(f"{names.get(p.topic_id, '?')}-{p.partition}" for p in sorted(
-            parts, key=lambda p: (str(p.topic_id), p.partition)
-        )) + "]"  # fmt: skip
+        """``parts`` by name; a deleted topic's as ``gone:<id prefix>``."""
+        names = {tid: t for t, tid in self.config.ids().items()}
+
+        def name(p: IdPartition) -> str:
+            return names.get(p.topic_id) or f"gone:{str(p.topic_id)[:4]}"
+
+        ordered = sorted(parts, key=lambda p: (str(p.topic_id), p.partition))
+        return "[" + ",".join(f"{name(p)}-{p.partition}" for p in ordered) + "]"
 
     def _compute_target(self) -> None:
         members = sorted(self.members)

@@ -149,6 +149,7 @@ class Cluster:
                     heartbeat_interval_ms=params.heartbeat_ms,
                     topics=dict(self.world.topics),
                     assignor=params.remote_assignor,
+                    incarnations=dict(self.world.topic_recreations),
                 ),
                 timers=self._timers,
                 persist=self._persist,

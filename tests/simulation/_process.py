@@ -40,7 +40,7 @@ from kgroup.testing.messages import FindCoordinatorRequest, FindCoordinatorRespo
 
 from ._groups import BRIDGE
 from ._sched import Failure, Future, Handle
-from ._world848 import consumer_config
+from ._world848 import assigned_topic_ids, consumer_config
 
 if TYPE_CHECKING:
     from ._network import Conn
@@ -295,7 +295,8 @@ class _Listener:
         duration = world.callback_duration()
         self._trace("on_partitions_assigned", partitions)
         generation = proc.member.generation.generation_id
-        world.ownership.assigned(proc.holder, partitions, generation, world.now)
+        ids = assigned_topic_ids(proc, partitions) if world.params.kind.consumer_protocol else None
+        world.ownership.assigned(proc.holder, partitions, generation, world.now, ids)
         if duration:
             await asyncio.sleep(duration / 1000.0)
 

@@ -32,8 +32,9 @@ import logging
 import math
 import os
 import random
+import uuid
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,7 @@ from ._world848 import (
     plan_topic_creation,
     plan_topic_deletion,
     plan_topic_growth,
+    plan_topic_recreation,
     spin_guard,
     stable_bound_848_ms,
     stable_state_848,
@@ -108,6 +110,7 @@ FAULT_KINDS = (
     "grow_topic",
     "delete_topic",
     "create_topic",
+    "recreate_topic",
 )
 
 INJECTED_ERRORS: dict[type, tuple[int, ...]] = {
@@ -300,6 +303,9 @@ class Hold:
     start: float
     end: float = INF
     how: str = ""
+    #: The id of the partition's topic (consumer-protocol groups): a topic deleted and
+    #: created again under its name has a new one, and its partitions are other partitions.
+    topic_id: uuid.UUID | None = None
 
     def __str__(self) -> str:
         end = "open" if self.end == INF else f"{self.end:.1f} ({self.how})"
@@ -320,11 +326,25 @@ class Ownership:
         self.holds: list[Hold] = []
         self._open: dict[tuple[str, Item], Hold] = {}
         self._by_holder: dict[str, list[Hold]] = {}
+        #: A holder given a partition under a name it still holds for a topic of another
+        #: id (one deleted and created again): the application cannot tell the two apart.
+        self.name_clashes: list[str] = []
 
-    def assigned(self, holder: str, parts: Iterable[Item], gen: int, at: float) -> None:
+    def assigned(
+        self,
+        holder: str,
+        parts: Iterable[Item],
+        gen: int,
+        at: float,
+        topic_ids: Mapping[Item, uuid.UUID] | None = None,
+    ) -> None:
         for tp in parts:
-            if (holder, tp) not in self._open:
-                hold = Hold(holder, tp, gen, at)
+            tid = None if topic_ids is None else topic_ids.get(tp)
+            held = self._open.get((holder, tp))
+            if held is not None and held.topic_id != tid:
+                self.name_clashes.append(f"{held} and given {tp} of another topic id at {at:.1f}")
+            if held is None:
+                hold = Hold(holder, tp, gen, at, topic_id=tid)
                 self._open[(holder, tp)] = hold
                 self.holds.append(hold)
                 self._by_holder.setdefault(holder, []).append(hold)
@@ -362,7 +382,7 @@ class Ownership:
             holds = sorted(by_tp[tp], key=lambda h: (h.start, h.holder))
             for i, a in enumerate(holds):
                 for b in holds[i + 1 :]:
-                    if b.start >= a.end:
+                    if b.start >= a.end or a.topic_id != b.topic_id:
                         continue
                     if a.holder != b.holder:
                         found.append((a, b))
@@ -420,6 +440,9 @@ class World:
         self.broker_config = BrokerConfig(initial_rebalance_delay_ms=params.initial_delay_ms)
         #: The topics' partition counts now (a consumer-protocol schedule may grow one).
         self.topics: dict[str, int] = dict(params.topics)
+        #: How many times each topic was deleted and created again under its name (a new
+        #: topic id each time: ``_model_848.topic_id``).
+        self.topic_recreations: Counter[str] = Counter()
         self.net = Network(self)
         self.cluster = Cluster(self, params.nodes)
         self.slots: dict[str, Process | None] = {}
@@ -740,6 +763,7 @@ def _run_world(world: World, seed: int) -> Result:
         plan_topic_growth(world, seed, fault_start, fault_end)
         plan_topic_deletion(world, seed, fault_start, fault_end)
         plan_topic_creation(world, seed, fault_start, fault_end)
+        plan_topic_recreation(world, seed, fault_start, fault_end)
 
     bound = params.stable_bound_ms
     settle = 2 * params.session_ms + params.max_poll_ms
@@ -781,6 +805,9 @@ def _run_world(world: World, seed: int) -> Result:
         import traceback
 
         world.fail(SimulationFailure("simulator", "".join(traceback.format_exception(exc)).strip()))
+    if world.failure is None and world.ownership.name_clashes:
+        clashes = world.ownership.name_clashes
+        world.fail(SimulationFailure("ownership", f"{len(clashes)} name clash(es): {clashes[0]}"))
     if world.failure is None:
         overlaps = world.ownership.overlaps()
         if overlaps:

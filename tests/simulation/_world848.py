@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, cast
 
-from kgroup import GroupConfig, MemberState
+from kgroup import GroupConfig, MemberState, TopicPartition
 from kgroup._core._kip848_member import ConsumerProtocolMember
 from kgroup._core._kip848_state import ConsumerState, IdPartition
 from kgroup._errors import ErrorCode
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INJECTED_848",
+    "assigned_topic_ids",
     "consumer_config",
     "core_848",
     "describe_configs_response",
@@ -60,9 +61,11 @@ __all__ = [
     "plan_topic_creation",
     "plan_topic_deletion",
     "plan_topic_growth",
+    "plan_topic_recreation",
     "spin_guard",
     "stable_bound_848_ms",
     "stable_state_848",
+    "topic_ids",
 ]
 
 E = ErrorCode
@@ -230,7 +233,7 @@ def create_topic(world: World, topic: str, partitions: int) -> None:
     world.count("create_topic")
     world.topics[topic] = partitions
     world.log("fault", f"topic {topic} created with {partitions} partitions")
-    world.guard_model(group.topics_changed, dict(world.topics))
+    world.guard_model(group.topics_changed, dict(world.topics), dict(world.topic_recreations))
 
 
 #: How likely a consumer-protocol schedule with a second topic deletes it in the fault
@@ -260,7 +263,57 @@ def delete_topic(world: World, topic: str) -> None:
     world.count("delete_topic")
     del world.topics[topic]
     world.log("fault", f"topic {topic} deleted")
-    world.guard_model(group.topics_changed, dict(world.topics))
+    world.guard_model(group.topics_changed, dict(world.topics), dict(world.topic_recreations))
+
+
+#: How likely a consumer-protocol schedule deletes its first topic in the fault window and
+#: creates it again under its name.
+RECREATION_PROBABILITY = 0.2
+
+
+def plan_topic_recreation(world: World, seed: int, start: float, end: float) -> None:
+    """With :data:`RECREATION_PROBABILITY`, topic ``t0`` is deleted at a random time in the
+    fault window and created again under its name 0 to 2 s later, with as many partitions
+    or up to two more (the members stay subscribed to it by name). A stream of its own,
+    like the growth."""
+    rng = random.Random(f"kgroup-sim-recreation-{seed}")
+    if rng.random() < RECREATION_PROBABILITY:
+        at = rng.uniform(start, end)
+        gap, more = rng.uniform(0.0, 2_000.0), rng.randint(0, 2)
+        world.sched.at(at, recreate_topic, world, "t0", gap, more)
+
+
+def recreate_topic(world: World, topic: str, gap_ms: float, more: int) -> None:
+    """DeleteTopics of ``topic`` (:func:`delete_topic`), then CreateTopics under the same
+    name ``gap_ms`` later with ``more`` partitions more than it had: a new topic id
+    (:func:`topic_ids`). To Kafka the new partitions are other partitions than the old
+    ones of the same names (``test_topic_changes.py`` shows a member given one while the
+    old one's owner still revokes it), so invariant 1 tells holds of the two apart
+    (``Hold.topic_id``). Waits, like the others, for a coordinator that has the group."""
+    group = world.cluster.group
+    if not isinstance(group, ConsumerGroupModel) or topic not in world.topics:
+        world.sched.at(world.now + 50.0, recreate_topic, world, topic, gap_ms, more)
+        return
+    world.count("recreate_topic")
+    partitions = world.topics[topic] + more
+    delete_topic(world, topic)
+    world.sched.at(world.now + gap_ms, _create_again, world, topic, partitions)
+
+
+def _create_again(world: World, topic: str, partitions: int) -> None:
+    group = world.cluster.group
+    if not isinstance(group, ConsumerGroupModel):
+        world.sched.at(world.now + 50.0, _create_again, world, topic, partitions)
+        return
+    world.topic_recreations[topic] += 1
+    world.topics[topic] = partitions
+    world.log("fault", f"topic {topic} created again with {partitions} partitions (a new id)")
+    world.guard_model(group.topics_changed, dict(world.topics), dict(world.topic_recreations))
+
+
+def topic_ids(world: World) -> dict[str, uuid.UUID]:
+    """Every topic's current id, by name (a topic created again has a new one)."""
+    return {t: topic_id(t, world.topic_recreations[t]) for t in world.topics}
 
 
 def grow_topic(world: World, topic: str, extra: int) -> None:
@@ -270,19 +323,21 @@ def grow_topic(world: World, topic: str, extra: int) -> None:
     and a group load come in some order; a load from a record of the old partitions would
     not know they changed)."""
     group = world.cluster.group
-    if not isinstance(group, ConsumerGroupModel):
+    if not isinstance(group, ConsumerGroupModel) or topic not in world.topics:
+        # (A topic being created again: it grows once it exists.)
         world.sched.at(world.now + 50.0, grow_topic, world, topic, extra)
         return
     world.count("grow_topic")
     world.topics[topic] += extra
     world.log("fault", f"topic {topic} grows to {world.topics[topic]} partitions")
-    world.guard_model(group.topics_changed, dict(world.topics))
+    world.guard_model(group.topics_changed, dict(world.topics), dict(world.topic_recreations))
 
 
 def metadata_response(world: World, msg: MetadataRequest) -> MetadataResponse:
     """Metadata from any broker: the schedule's topics, by id (v12+) or by name."""
     topics = dict(world.topics)
-    by_id = {topic_id(t): t for t in topics}
+    ids = topic_ids(world)
+    by_id = {tid: t for t, tid in ids.items()}
     nodes = world.cluster.up
     brokers = tuple(
         MetadataBroker(node_id=n, host=f"b{n}", port=9092) for n, ok in enumerate(nodes) if ok
@@ -292,7 +347,7 @@ def metadata_response(world: World, msg: MetadataRequest) -> MetadataResponse:
         wanted: list[tuple[uuid.UUID, str | None]] = [(t, by_id.get(t)) for t in msg.topic_ids]
     else:
         names = msg.topics if msg.topics is not None else tuple(topics)
-        wanted = [(topic_id(n), n if n in topics else None) for n in names]
+        wanted = [(ids.get(n) or topic_id(n), n if n in topics else None) for n in names]
     for tid, name in wanted:
         if name is None:
             found.append(MetadataTopic(error_code=UNKNOWN_TOPIC_ID, name=None, topic_id=tid))
@@ -356,7 +411,7 @@ def stable_state_848(world: World) -> str | None:
         return f"target at epoch {group.assignment_epoch}, group at {group.group_epoch}"
     union: set[Any] = set()
     count = 0
-    names = {topic_id(t): t for t in world.topics}
+    names = {tid: t for t, tid in topic_ids(world).items()}
     for member_id, proc in ids.items():
         broker = group.members[member_id]
         if broker.state is not MemberState848.STABLE or broker.epoch != group.group_epoch:
@@ -385,7 +440,25 @@ def stable_state_848(world: World) -> str | None:
     return None
 
 
-def _named(part: IdPartition, names: dict[uuid.UUID, str]) -> Any:
-    from kgroup import TopicPartition
+def assigned_topic_ids(proc: Process, partitions: frozenset[Any]) -> dict[Any, uuid.UUID]:
+    """The topic id behind each partition an assign callback of a consumer-protocol member
+    is given: the member's reconciliation installs them by id (``owned_after``), so a
+    topic created again under its name is told apart from the old one (invariant 1).
+    A partition it cannot find there gets the topic's current id."""
+    core = core_848(proc)
+    action = core._reconciling
+    found: dict[Any, uuid.UUID] = {}
+    if action is not None:
+        for part in action.owned_after - core.owned:
+            name = core.names.get(part.topic_id)
+            if name is not None:
+                found[TopicPartition(name, part.partition)] = part.topic_id
+    current = topic_ids(proc.world)
+    for tp in partitions:
+        if tp not in found and tp.topic in current:
+            found[tp] = current[tp.topic]
+    return found
 
+
+def _named(part: IdPartition, names: dict[uuid.UUID, str]) -> Any:
     return TopicPartition(names[part.topic_id], part.partition)

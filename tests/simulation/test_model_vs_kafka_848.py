@@ -15,7 +15,8 @@ the first one revokes); the previous-epoch tolerance of spec §10.3 (and its lim
 dynamic member's rejoin at epoch 0 under its member id; leave (-1); a static member that
 leaves with -2 and is replaced by a new member id (and the UNRELEASED_INSTANCE_ID and
 FENCED_INSTANCE_ID answers around it); the revocation deadline; partitions added; the
-subscribed topic deleted; and the ``range`` server assignor's moves.
+subscribed topic deleted; a topic created later; the subscribed topic deleted and created
+again under its name; and the ``range`` server assignor's moves.
 """
 
 from __future__ import annotations
@@ -93,7 +94,17 @@ class Delete:
     """DeleteTopics: the subscribed topic is gone."""
 
 
-Step = Hb | Wait | Grow | Delete | Create
+@dataclass(frozen=True)
+class Recreate:
+    """DeleteTopics, then CreateTopics of the subscribed topic under its name with
+    ``partitions`` partitions: a new topic id. From then on ``Hb.owned`` and the answers
+    write the new topic's partitions as numbers and the old one's as ``"O0"``, ``"O1"``,
+    ..."""
+
+    partitions: int
+
+
+Step = Hb | Wait | Grow | Delete | Create | Recreate
 
 
 class Side:
@@ -104,6 +115,8 @@ class Side:
         self.ids: dict[str, str] = {}
         #: the server assignor a joining member asks for (None: the broker's default)
         self.assignor = assignor
+        #: the subscribed topic's id before a Recreate step
+        self.old_tid: uuid.UUID | None = None
 
     def draw_ids(self, names: Iterable[str]) -> None:
         """A fresh random id per script member, drawn so that Kafka's assignor meets the
@@ -155,6 +168,10 @@ class Side:
                 assert later is not None
                 await self.create(later, step.partitions)
                 continue
+            if isinstance(step, Recreate):
+                self.old_tid = self.topic()
+                await self.recreate(step.partitions)
+                continue
             seen = self.epochs.setdefault(step.member, [0])
             epoch = step.epoch
             if epoch is None:
@@ -197,7 +214,11 @@ class Side:
                 else tuple(
                     sorted(
                         (
-                            p if t.topic_id == tid else f"L{p}"
+                            p
+                            if t.topic_id == tid
+                            else f"O{p}"
+                            if t.topic_id == self.old_tid
+                            else f"L{p}"
                             for t in resp.assignment
                             for p in t.partitions
                         ),
@@ -212,13 +233,20 @@ class Side:
 
     def _owned(self, tid: uuid.UUID, owned: tuple[int | str, ...]) -> tuple[TopicIdPartitions, ...]:
         main = tuple(p for p in owned if isinstance(p, int))
-        later = tuple(int(p[1:]) for p in owned if isinstance(p, str))
+        later = tuple(int(p[1:]) for p in owned if isinstance(p, str) and p[0] == "L")
+        old = tuple(int(p[1:]) for p in owned if isinstance(p, str) and p[0] == "O")
         parts = [TopicIdPartitions(topic_id=tid, partitions=main)]
         if later:
             parts.append(TopicIdPartitions(topic_id=self.later_id(), partitions=later))
+        if old:
+            assert self.old_tid is not None
+            parts.append(TopicIdPartitions(topic_id=self.old_tid, partitions=old))
         return tuple(parts)
 
     async def create(self, name: str, partitions: int) -> None:
+        raise NotImplementedError
+
+    async def recreate(self, partitions: int) -> None:
         raise NotImplementedError
 
     def later_id(self) -> uuid.UUID:
@@ -255,6 +283,7 @@ class ModelSide(Side):
         self.timers = _ManualTimers()
         self.topic_name = topic
         self.later_name = ""
+        self.recreations = 0
         self.counts = {topic: PARTITIONS}
         self.model = ConsumerGroupModel(
             group,
@@ -286,11 +315,18 @@ class ModelSide(Side):
         self.counts[name] = partitions
         self.model.topics_changed(dict(self.counts))
 
+    async def recreate(self, partitions: int) -> None:
+        self.counts.pop(self.topic_name)
+        self.model.topics_changed(dict(self.counts))
+        self.recreations += 1
+        self.counts[self.topic_name] = partitions
+        self.model.topics_changed(dict(self.counts), {self.topic_name: self.recreations})
+
     def later_id(self) -> uuid.UUID:
         return topic_id(self.later_name)
 
     def topic(self) -> uuid.UUID:
-        return topic_id(self.topic_name)
+        return topic_id(self.topic_name, self.recreations)
 
 
 class KafkaSide(Side):
@@ -366,6 +402,21 @@ class KafkaSide(Side):
         )
         md = await self.conn.request(MetadataRequest(topics=(name,)), 10_000)
         self.later_tid = md.topics[0].topic_id
+
+    async def recreate(self, partitions: int) -> None:
+        """:meth:`delete`, then CreateTopics under the same name (retried while Kafka
+        still completes the deletion), until the coordinator assigns its partitions; the
+        new id from Metadata."""
+        from kgroup._broker_process import admin_create_topic
+
+        await self.delete()
+        await admin_create_topic(self.bootstrap, self.topic_name, partitions)
+        await _until_the_coordinator_sees(
+            self.conn, _same_shard(self.group), self.topic_name, partitions=partitions
+        )
+        md = await self.conn.request(MetadataRequest(topics=(self.topic_name,)), 10_000)
+        self.tid = md.topics[0].topic_id
+        assert self.tid != self.old_tid
 
     def later_id(self) -> uuid.UUID:
         assert self.later_tid is not None
@@ -636,6 +687,22 @@ CREATION: list[Step] = [
     Hb("c", owned=()),
 ]
 
+#: The subscribed topic deleted and created again under its name while two members own its
+#: partitions (what the simulation's ``recreate_topic`` relies on): the old topic's
+#: partitions leave the target and the new one's (a new id) join it; each member revokes
+#: the old ones before it is given any new one, even of the same number.
+RECREATION: list[Step] = [
+    *SHARED,
+    Recreate(PARTITIONS),
+    Hb("a", owned=("O0", "O1", "O2")),  # revoke the old ones first: same epoch, nothing new
+    Hb("b", owned=("O3", "O4", "O5")),
+    Hb("a", owned=()),  # released: a new epoch, with new partitions
+    Hb("b", owned=("O3", "O4", "O5")),  # still revoking
+    Hb("a", owned=(0, 1, 2)),
+    Hb("b", owned=()),
+    Hb("c", 0),  # a newcomer: the others revoke some of the new topic's first
+]
+
 SCRIPTS = {
     "dynamic": DYNAMIC,
     "static": STATIC,
@@ -644,6 +711,7 @@ SCRIPTS = {
     "range": RANGE,
     "deletion": DELETION,
     "creation": CREATION,
+    "recreation": RECREATION,
 }
 
 #: (script, server assignor): every script with Kafka's default (``uniform``), and those
@@ -657,6 +725,7 @@ CASES = [(name, None) for name in SCRIPTS if name not in ("range", "creation")] 
     ("growth", "range"),
     ("range", "range"),
     ("creation", "range"),
+    ("recreation", "range"),
 ]
 
 

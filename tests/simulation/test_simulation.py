@@ -18,7 +18,9 @@ protocol is drawn from a stream of its own, so a classic seed has the kind it al
 (``grow_topic``, from a stream of its own too: ``_world848.plan_topic_growth``), 3 in 10 of
 those with a second topic delete it then (``delete_topic``, ``plan_topic_deletion``), 3 in
 10 subscribe to a topic that does not exist yet and is created then (``create_topic``,
-``Params.later_topic``), and half
+``Params.later_topic``), 2 in 10 delete ``t0`` and create it again under its name 0 to 2 s
+later, with a new topic id and up to two more partitions (``recreate_topic``,
+``plan_topic_recreation``), and half
 of them have the broker assign with ``range`` instead of ``uniform`` (its own stream as
 well: ``_world.draw_remote_assignor``).
 
@@ -29,7 +31,10 @@ Every schedule checks five invariants (the consumer protocol: 1 to 4):
    listener receives). A hold runs from the START of a member's on_partitions_assigned to
    the first of: the END of its on_partitions_revoked, the START of its
    on_partitions_lost, its ``member.lease_expired`` deadline, its crash (or its lease
-   deadline, if that came first);
+   deadline, if that came first). A topic created again under its name has a new id, and
+   to Kafka its partitions are others than the old ones of the same names: holds of the
+   two are told apart by the id behind the name (``Hold.topic_id``), and a member given a
+   partition under a name it still holds for the other id fails the schedule;
 2. after the faults stop, the group becomes stable (the coordinator's group STABLE with every
    member slot live and joined, each member done with its rebalance and holding exactly what
    the broker assigned it, every partition or item held exactly once; for LeaderElection
@@ -99,6 +104,7 @@ import hashlib
 import os
 import re
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -425,6 +431,23 @@ def test_items_are_held_like_partitions() -> None:
     log.assigned("c#1", {tp}, 1, 0.0)
     log.assigned("d#1", {tp}, 1, 10.0)
     assert len(log.overlaps()) == 1  # partitions and items side by side
+
+
+def test_holds_of_a_topic_created_again_are_other_partitions() -> None:
+    """A topic deleted and created again under its name has a new id: a hold of its new
+    partition beside one of the old partition of the same name is no overlap, two of the
+    same id are; and a holder given a name it still holds for the other id is a clash."""
+    old, new = uuid.uuid4(), uuid.uuid4()
+    tp = TopicPartition("t0", 0)
+    log = Ownership()
+    log.assigned("a#1", {tp}, 1, 0.0, {tp: old})
+    log.assigned("b#1", {tp}, 3, 50.0, {tp: new})  # while a still revokes the old one
+    assert log.overlaps() == []
+    log.assigned("c#1", {tp}, 3, 60.0, {tp: new})
+    assert [(x.holder, y.holder) for x, y in log.overlaps()] == [("b#1", "c#1")]
+    assert log.name_clashes == []
+    log.assigned("a#1", {tp}, 4, 70.0, {tp: new})  # a still holds the old t0-0
+    assert len(log.name_clashes) == 1 and "a#1" in log.name_clashes[0]
 
 
 def _formed(at: float, *members: str, names: tuple[str, ...] = ("cooperative-sticky",)) -> Formed:
