@@ -189,6 +189,11 @@ class ChaosRunner:
         self._broker_epoch = 0
         self._restart_lock = asyncio.Lock()  # one broker restart at a time
         self._state_losses: list[tuple[float, float]] = []  # tansu restarts: (begin, back)
+        #: Topics deleted by a ``delete_topic`` step: name -> when DeleteTopics was sent
+        #: (set once it is done; a ``create_again`` step waits for it).
+        self.deleted_topics: dict[str, float] = {}
+        #: Topics a ``create_again`` step made again: name -> when CreateTopics was sent.
+        self.recreated_topics: dict[str, float] = {}
         self._kafka_restarts: list[tuple[float, float]] = []  # (begin, back)
         self._generations: set[tuple[int, int]] = set()
         self._t0: float | None = None

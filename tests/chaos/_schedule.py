@@ -48,6 +48,11 @@ Fault kinds (``Step.kind``: brokers; ``Step.args``):
   DeleteTopics removes that second topic again, at least 2 s after it was created; the
   group must end up owning the rest and nothing of it. Drawn from a generator of its own,
   never while the broker restarts.
+- ``create_again`` (kafka, half the schedules with a ``delete_topic`` step; ``index``,
+  ``partitions``): CreateTopics makes that topic again under its name, at least 2 s after
+  its deletion, with as many partitions as it had or up to two more: a new topic id, so
+  to Kafka its partitions are others than the old ones of the same names. The group must
+  end up owning them all again. Drawn like ``delete_topic``, from a generator of its own.
 
 Proxy faults never overlap (each ends with a heal), nor do broker restarts or downs.
 Members named in steps are slots ``m1`` .. ``mN``; a ``rejoin`` starts a new process (a new
@@ -102,6 +107,7 @@ from ._protocols import (
 __all__ = [
     "ASSIGNORS",
     "BROKERS",
+    "CREATE_AGAIN_PROBABILITY",
     "DELETE_TOPIC_PROBABILITY",
     "FAULT_KINDS",
     "JAVA_ASSIGNORS",
@@ -186,6 +192,7 @@ FAULT_KINDS = (
     "add_partitions",
     "create_topic",
     "delete_topic",
+    "create_again",
 )
 
 #: How likely each fault is, per broker (weights; a fault whose preconditions do not hold
@@ -714,6 +721,7 @@ def make_schedule(
         if (pattern and kgroup_only) or (named and not pattern):
             _add_new_topic(random.Random(f"new-topic/{seed}"), line, main)
             _delete_new_topic(random.Random(f"delete-topic/{seed}"), line, main)
+            _create_topic_again(random.Random(f"create-again/{seed}"), line, main)
     return Schedule(
         seed=seed,
         broker=broker,
@@ -776,6 +784,31 @@ def _delete_new_topic(rng: random.Random, line: _Timeline, window: float) -> Non
     t = _free_time(rng, line, window, earliest)
     if t is not None:
         line.steps.append(Step.make(t, "delete_topic", index=created[0].arg("index")))
+    line.steps.sort(key=lambda step: step.at)
+
+
+#: How likely a schedule that deletes its second topic creates it again under its name
+#: (``create_again``).
+CREATE_AGAIN_PROBABILITY = 0.5
+
+
+def _create_topic_again(rng: random.Random, line: _Timeline, window: float) -> None:
+    """With :data:`CREATE_AGAIN_PROBABILITY`, a ``create_again`` step for the topic a
+    ``delete_topic`` step deleted, at :func:`_free_time` 2 s after it or later, with as
+    many partitions as it was created with or up to two more; then the steps in time
+    order."""
+    gone = [st for st in line.steps if st.kind == "delete_topic"]
+    if not gone or rng.random() >= CREATE_AGAIN_PROBABILITY:
+        return
+    earliest = gone[0].at + 2.0
+    if earliest >= window - 1.0:
+        return
+    (made,) = [st for st in line.steps if st.kind == "create_topic"]
+    partitions = int(made.arg("partitions")) + rng.randint(0, 2)
+    t = _free_time(rng, line, window, earliest)
+    if t is not None:
+        index = gone[0].arg("index")
+        line.steps.append(Step.make(t, "create_again", index=index, partitions=partitions))
     line.steps.sort(key=lambda step: step.at)
 
 

@@ -166,12 +166,15 @@ DEFAULT_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = 
     ),
     (
         "kafka",
-        "a consumer-protocol group whose topic grows under faults, a crash and a black hole",
+        "a consumer-protocol group whose topic grows under faults, a crash and a black hole, "
+        "subscribed by name to a second topic that is created, deleted and created again "
+        "under its name",
         lambda s: (
             s.protocol == "consumer"
             and s.topic_changes
+            and bool(s.named_topics)
             and "add_partitions" in s.kinds()
-            and _has("crash", "black_hole")(s)
+            and _has("crash", "black_hole", "create_again")(s)
         ),
     ),
     (

@@ -145,6 +145,8 @@ class StepDriver:
             self.runner._later("create-topic", self._create_topic(step))
         elif kind == "delete_topic":
             self.runner._later("delete-topic", self._delete_topic(step))
+        elif kind == "create_again":
+            self.runner._later("create-again", self._create_again(step))
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
 
@@ -203,10 +205,30 @@ class StepDriver:
         )
         if created is not None:
             raise RuntimeError(f"delete_topic: {name} was never created")
+        sent_at = time.monotonic()
         await self.runner.target.delete_topic(name)
+        self.runner.deleted_topics[name] = sent_at
         self.runner.partitions = frozenset(tp for tp in self.runner.partitions if tp.topic != name)
         self.runner.result.grown_to = len(self.runner.partitions)
         self._applied(step, f"{name} deleted")
+        self.runner._changed.set()
+
+    async def _create_again(self, step: Step) -> None:
+        """The deleted second topic is created again under its name, once its deletion is
+        done: a new topic id, whose partitions the group must own again. To Kafka they are
+        other partitions than the old ones of the same names, which a member may still be
+        revoking (the verdict tolerates exactly that overlap)."""
+        name, count = f"{self.runner.topic}-{step.arg('index')}", int(step.arg("partitions"))
+        deleted = await self.runner.wait_for(
+            lambda: None if name in self.runner.deleted_topics else "not deleted", timeout=120.0
+        )
+        if deleted is not None:
+            raise RuntimeError(f"create_again: {name} was never deleted")
+        self.runner.recreated_topics[name] = time.monotonic()
+        await self.runner.target.create_topic(name, count)
+        self.runner.partitions |= {TopicPartition(name, p) for p in range(count)}
+        self.runner.result.grown_to = len(self.runner.partitions)
+        self._applied(step, f"{name} created again ({count} partitions, a new topic id)")
         self.runner._changed.set()
 
     def _mock(self) -> MockCluster:

@@ -7,7 +7,8 @@ runner).
    without the lease in its core cut off; Kafka's conversion of a classic group whose
    assignments a rebalance had just reset (limitations.md); a Java or confluent member
    holding on across a Kafka restart that expired it; a tansu restart that forgot the
-   group.
+   group; a hold of a deleted topic's partition beside one of the partition of the same
+   name of the topic created again under its name (a new topic id: other partitions).
 3. No exception escaped ``poll()`` except the schedule's expected ones, those the runner
    excused, and a broker's known quirks (``BROKER_QUIRK_ERRORS``).
 4. Every process that was closed exited 0 and left nothing behind.
@@ -86,6 +87,14 @@ def final_checks(runner: ChaosRunner) -> None:
         "across a tansu restart, which forgot the group: the stale hold ended by its lease "
         "within a session timeout of the broker's return (tolerated: no client can see a "
         "coordinator lose its state)",
+    )
+    overlaps = _tolerate(
+        runner,
+        overlaps,
+        lambda a, b: _recreated_topic_overlap(runner, a, b),
+        "of a deleted topic's partition with the partition of the same name of the topic "
+        "created again (tolerated: a new topic id, so to Kafka they are other partitions; "
+        "limitations.md)",
     )
     if overlaps:
         clients = {mp.name: mp.client for mp in runner.procs}
@@ -173,6 +182,21 @@ def _state_loss_overlap(runner: ChaosRunner, a: Hold, b: Hold) -> bool:
     return any(
         earlier.start < begin <= later.start and end <= back + session + 1.0
         for begin, back in runner._state_losses
+    )
+
+
+def _recreated_topic_overlap(runner: ChaosRunner, a: Hold, b: Hold) -> bool:
+    """Whether an overlap is of two topics of one name: the earlier hold began before the
+    topic was deleted (the old topic's partition) and the later one once it was being
+    created again (the new topic's)."""
+    topic = a.partition.topic
+    deleted, created = runner.deleted_topics.get(topic), runner.recreated_topics.get(topic)
+    earlier, later = sorted((a, b), key=lambda h: h.start)
+    return (
+        deleted is not None
+        and created is not None
+        and earlier.start < deleted
+        and created <= later.start
     )
 
 

@@ -29,6 +29,7 @@ from ._runner import stable_bound
 from ._schedule import (
     ASSIGNORS,
     BROKERS,
+    CREATE_AGAIN_PROBABILITY,
     DELETE_TOPIC_PROBABILITY,
     FAULT_KINDS,
     JAVA_ASSIGNORS,
@@ -56,7 +57,7 @@ SEEDS = range(1, 301)
 def without_topic_changes(s: Schedule) -> Schedule:
     """``s`` as drawn without ``topic_changes`` (its add_partitions steps dropped) and
     without ``pattern``."""
-    topics = ("add_partitions", "create_topic", "delete_topic")
+    topics = ("add_partitions", "create_topic", "delete_topic", "create_again")
     steps = tuple(st for st in s.steps if st.kind not in topics)
     return dataclasses.replace(s, steps=steps, topic_changes=False, pattern=False)
 
@@ -148,7 +149,7 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
         allowed = set(WEIGHTS[broker]) | ({"roll"} if s.protocol in MIGRATIONS else set())
         allowed |= {"add_partitions"} if s.topic_changes else set()
         new_topic = s.topic_changes and not (s.pattern and s.foreign_slots)
-        allowed |= {"create_topic", "delete_topic"} if new_topic else set()
+        allowed |= {"create_topic", "delete_topic", "create_again"} if new_topic else set()
         assert s.kinds() <= allowed, "a fault of another broker or protocol"
         assert list(s.steps) == sorted(s.steps, key=lambda st: st.at)
         # every fault starts and ends inside the window
@@ -166,7 +167,7 @@ def test_schedules_keep_their_own_rules(broker: str) -> None:
         bound, terms = stable_bound(s)
         assert bound == pytest.approx(sum(v for _, v in terms))
         assert bound > s.timeouts.session + s.timeouts.max_poll_ms / 1000
-    kafka_only = {"roll", "add_partitions", "create_topic", "delete_topic"}
+    kafka_only = {"roll", "add_partitions", "create_topic", "delete_topic", "create_again"}
     every = set(WEIGHTS[broker]) | (kafka_only if broker == "kafka" else set())
     assert seen == every, f"kinds never drawn: {every - seen}"
 
@@ -577,6 +578,34 @@ def test_half_the_new_topics_are_deleted_again_after_they_were_created() -> None
     assert ("kafka", 47) in default_cases(), "a default case deletes the pattern's new topic"
 
 
+def test_half_the_deleted_topics_are_created_again_under_their_names() -> None:
+    """A ``create_again`` step (its own generator) follows about half the ``delete_topic``
+    steps, for the same topic, 2 s or more after it, inside the window, never while the
+    broker restarts, with as many partitions as the topic was created with or up to two
+    more; without it the schedule is the one the seed had."""
+    kafka = [schedule_for("kafka", seed) for seed in range(1, 2000)]
+    deleted = [s for s in kafka if "delete_topic" in s.kinds()]
+    again = [s for s in deleted if "create_again" in s.kinds()]
+    room = [  # deleted early enough for a step 2 s later inside the window
+        s
+        for s in deleted
+        if next(st for st in s.steps if st.kind == "delete_topic").at + 2.0 < s.fault_window - 1.0
+    ]
+    assert 0.3 < len(again) / len(room) < 0.7, CREATE_AGAIN_PROBABILITY
+    assert all("delete_topic" in s.kinds() for s in kafka if "create_again" in s.kinds())
+    assert {s.protocol for s in again} >= {"classic", "consumer"}
+    for s in again:
+        (made,) = [st for st in s.steps if st.kind == "create_topic"]
+        (gone,) = [st for st in s.steps if st.kind == "delete_topic"]
+        (back,) = [st for st in s.steps if st.kind == "create_again"]
+        assert back.arg("index") == gone.arg("index")
+        assert made.arg("partitions") <= back.arg("partitions") <= made.arg("partitions") + 2
+        assert gone.at + 2.0 <= back.at < s.fault_window - 1.0
+        for r in (st for st in s.steps if st.kind == "broker_restart"):
+            busy = RESTART_BUSY["hard" if r.arg("hard") else "soft"]
+            assert not r.at - 1.0 <= back.at < r.at + busy
+
+
 def test_a_new_topic_comes_with_topic_changes_and_kgroup_members_only() -> None:
     """A ``create_topic`` step (one, ``{topic}-2``, 1 to 4 partitions) comes only with
     ``topic_changes``, inside the window and never while the broker restarts: in every
@@ -622,7 +651,7 @@ def test_half_the_groups_without_a_pattern_subscribe_by_name_to_a_later_topic(
     for s in named:
         before = schedule_for("kafka", s.seed)
         assert not before.named_topics
-        new = ("create_topic", "delete_topic")
+        new = ("create_topic", "delete_topic", "create_again")
         assert before.steps == tuple(st for st in s.steps if st.kind not in new)
 
 
