@@ -141,6 +141,10 @@ class Timers:
     def cancel(self, key: str) -> None:
         raise NotImplementedError
 
+    def now_ms(self) -> float:
+        """The coordinator's clock (ms)."""
+        raise NotImplementedError
+
 
 @dataclass
 class _Member:

@@ -58,8 +58,25 @@ differ from the 2024 sources (``test_model_vs_kafka_848.py`` keeps them compared
   partition of a name while the old one's owner still revokes it (compared with Kafka by
   the ``recreation`` script).
 
-Not modelled: regex subscriptions, rack awareness, classic members in a consumer group,
-the group size limit, assignment batching (interval 0), offsets. Every change is durable
+- **Regex subscriptions** (``SubscribedTopicRegex``, Kafka's
+  ``maybeUpdateRegularExpressions`` and ``handleRegularExpressionsResult``): a regex is
+  resolved by the coordinator in the background (:data:`RESOLVE_MS` later), in one batch
+  with every regex of the group, only from inside a heartbeat and at most once every
+  :data:`REGEX_REFRESH_MIN_MS`: when a regex in use is unresolved, when a topic was
+  created since the last resolution (and once after a coordinator loads the group, whose
+  metadata image is newer than any resolution before), or every
+  :data:`REGEX_REFRESH_INTERVAL_MS`. A member
+  that joins with a regex nobody uses yet gets nothing at first and no group epoch bump;
+  the resolution bumps the epoch when a regex's topics changed (an unresolved regex
+  matches nothing). A member that joins with a regex already resolved bumps it at once.
+  A regex nobody uses any more is forgotten. Matching is a whole-name match. The group's
+  partitions are those of the topics its members subscribe to by name or by a resolved
+  regex; a metadata change bumps the group epoch only when it touches those (compared
+  with Kafka by the ``regex`` script).
+
+Not modelled: rack awareness, classic members in a consumer group,
+the group size limit, assignment batching (interval 0), offsets, an invalid regex
+(INVALID_REGULAR_EXPRESSION), a member with both names and a regex. Every change is durable
 at once (the persisted record is the whole state): a coordinator that loads the group
 sees every answered change.
 
@@ -69,6 +86,7 @@ sees every answered change.
 from __future__ import annotations
 
 import enum
+import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -129,6 +147,8 @@ class Member848:
     rebalance_timeout_ms: int
     subscribed: tuple[str, ...]
     client: str = ""
+    #: SubscribedTopicRegex ("" for none)
+    regex: str = ""
 
 
 @dataclass(frozen=True)
@@ -139,6 +159,10 @@ class GroupRecord848:
     assignment_epoch: int
     members: Mapping[str, Member848]
     target: Mapping[str, frozenset[IdPartition]]
+    #: resolved regexes (the ConsumerGroupRegularExpression records): regex -> topics
+    resolved: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: when the last resolution ended (ms; the records' timestamp)
+    last_refresh_ms: float = float("-inf")
 
 
 @dataclass(frozen=True)
@@ -179,11 +203,22 @@ class _Refused(Exception):
         self.code = code
 
 
-def _universe(config: BrokerConfig848) -> list[IdPartition]:
-    """Every partition of the config's topics, in a stable order."""
+#: How long after it is started the coordinator's background resolution of the group's
+#: regexes ends (an executor task in Kafka; a few milliseconds).
+RESOLVE_MS = 1.0
+#: Kafka's ``REGEX_BATCH_REFRESH_MIN_INTERVAL_MS``: a group's regexes are resolved at most
+#: this often.
+REGEX_REFRESH_MIN_MS = 10_000.0
+#: ``group.consumer.regex.refresh.interval.ms`` (default): resolved again this often anyway.
+REGEX_REFRESH_INTERVAL_MS = 600_000.0
+
+
+def _universe(config: BrokerConfig848, subscribed: Iterable[str]) -> list[IdPartition]:
+    """Every partition of the ``subscribed`` topics that exist, in a stable order."""
     ids = config.ids()
+    wanted = set(subscribed)
     return sorted(
-        (P(ids[t], p) for t, n in config.topics.items() for p in range(n)),
+        (P(ids[t], p) for t, n in config.topics.items() if t in wanted for p in range(n)),
         key=lambda p: (str(p.topic_id), p.partition),
     )
 
@@ -212,7 +247,11 @@ class ConsumerGroupModel:
         self.target: dict[str, frozenset[IdPartition]] = {}
         #: Group epoch bumps (the summary's "rebalances").
         self.rebalances = 0
-        self.universe = _universe(config)
+        #: Resolved regexes (regex -> topic names), and when the last resolution ended.
+        self.resolved: dict[str, frozenset[str]] = {}
+        self.last_refresh_ms = float("-inf")
+        self._refreshing = False  # a background resolution runs
+        self._topics_created = False  # a topic was created since it last started
 
     @classmethod
     def load(
@@ -234,6 +273,12 @@ class ConsumerGroupModel:
             group.assignment_epoch = record.assignment_epoch
             group.members = dict(record.members)
             group.target = dict(record.target)
+            group.resolved = dict(record.resolved)
+            group.last_refresh_ms = record.last_refresh_ms
+            # Kafka's new shard takes the metadata image at load as the newest with new
+            # topics, which every resolution before the load is older than: the group's
+            # regexes are resolved again once (GroupMetadataManager.onMetadataUpdate).
+            group._topics_created = bool(group.resolved)
             group._trace(f"loaded epoch {record.group_epoch} members {sorted(group.members)}")
             for member in group.members.values():
                 group._arm_session(member.member_id)
@@ -252,6 +297,35 @@ class ConsumerGroupModel:
     def generation(self) -> int:
         return self.group_epoch
 
+    def subscribed_topics(self) -> frozenset[str]:
+        """The topics the members subscribe to: by name, or by a resolved regex."""
+        topics: set[str] = set()
+        for member in self.members.values():
+            topics.update(member.subscribed)
+            if member.regex:
+                topics.update(self.resolved.get(member.regex, ()))
+        return frozenset(topics)
+
+    @property
+    def universe(self) -> list[IdPartition]:
+        """Every partition the group's members subscribe to (the assignor's input)."""
+        return _universe(self.config, self.subscribed_topics())
+
+    def regexes_pending(self) -> bool:
+        """Whether a regex in use is unresolved, or a topic it matches is not in its
+        resolution yet (one it names that is gone stays there until a later resolution,
+        as in Kafka, harmlessly: it has no partitions)."""
+        for member in self.members.values():
+            if member.regex:
+                resolved = self.resolved.get(member.regex)
+                if resolved is None:
+                    return True
+                if any(
+                    re.fullmatch(member.regex, t) and t not in resolved for t in self.config.topics
+                ):
+                    return True
+        return False
+
     def assignment_of(self, member_id: str) -> frozenset[IdPartition]:
         member = self.members.get(member_id)
         return frozenset() if member is None else member.assigned
@@ -265,7 +339,12 @@ class ConsumerGroupModel:
         if self._persist is not None:
             self._persist(
                 GroupRecord848(
-                    self.group_epoch, self.assignment_epoch, dict(self.members), dict(self.target)
+                    self.group_epoch,
+                    self.assignment_epoch,
+                    dict(self.members),
+                    dict(self.target),
+                    dict(self.resolved),
+                    self.last_refresh_ms,
                 )
             )
 
@@ -301,6 +380,7 @@ class ConsumerGroupModel:
         self.target.pop(member_id, None)
         self.timers.cancel(f"session:{member_id}")
         self.timers.cancel(f"revoke:{member_id}")
+        self._forget_unused_regexes()
         self._bump()
 
     def _bump(self) -> None:
@@ -314,16 +394,27 @@ class ConsumerGroupModel:
         ``onMetadataUpdate``): the partitions to assign follow, and the group epoch is bumped
         so that the next heartbeat computes a new target. ``incarnations``: topics created
         again under their names (new ids; None: as before)."""
+        before = self._subscribed_image()
+        created = bool(set(topics) - set(self.config.topics))
         self.config = replace(
             self.config,
             topics=dict(topics),
             incarnations=dict(self.config.incarnations if incarnations is None else incarnations),
         )
-        self.universe = _universe(self.config)
-        if self.exists:
+        if created:
+            self._topics_created = True  # the next refresh resolves the regexes again
+        if self.exists and self._subscribed_image() != before:
             self._bump()
             self._trace(f"topics {dict(topics)}: group epoch {self.group_epoch}")
             self._save()
+
+    def _subscribed_image(self) -> dict[str, tuple[uuid.UUID, int]]:
+        """The subscribed topics that exist: id and partition count (what Kafka hashes into
+        the group's metadata hash; a change bumps the group epoch)."""
+        ids = self.config.ids()
+        return {
+            t: (ids[t], n) for t, n in self.config.topics.items() if t in self.subscribed_topics()
+        }
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------
 
@@ -363,8 +454,6 @@ class ConsumerGroupModel:
             raise _Refused(E.INVALID_REQUEST, "InstanceId can't be null.")
         elif epoch < LEAVE_STATIC:
             raise _Refused(E.INVALID_REQUEST, "MemberEpoch is invalid.")
-        if req.subscribed_topic_regex:  # "" (no regex) is what kgroup sends with names
-            raise ModelError("the simulation does not model regex subscriptions")
         if epoch != JOIN and not self.exists:
             raise _Refused(E.GROUP_ID_NOT_FOUND, "no such group")
 
@@ -476,11 +565,24 @@ class ConsumerGroupModel:
             updated = replace(updated, rebalance_timeout_ms=req.rebalance_timeout_ms)
         if req.subscribed_topic_names is not None:
             updated = replace(updated, subscribed=tuple(req.subscribed_topic_names))
-        if joined or updated.subscribed != member.subscribed:
+        if req.subscribed_topic_regex is not None:
+            updated = replace(updated, regex=req.subscribed_topic_regex)
+        names_before = () if joined else member.subscribed
+        regex_before = "" if joined else member.regex
+        self.members[updated.member_id] = updated
+        bump = updated.subscribed != names_before
+        if updated.regex != regex_before:
+            self._forget_unused_regexes()
+            # Kafka: a regex cleared, or one already resolved, bumps the epoch; a regex
+            # nobody resolved yet waits for its resolution (which bumps it).
+            bump = bump or not updated.regex or updated.regex in self.resolved
+        if bump:
             self._bump()
             if joined:
                 self._trace(f"{req.member_id} ({client}) joins: group epoch {self.group_epoch}")
-        self.members[updated.member_id] = updated
+        elif joined:
+            self._trace(f"{req.member_id} ({client}) joins with regex {updated.regex!r}")
+        self._maybe_refresh()
         if self.group_epoch > self.assignment_epoch:
             self._compute_target()
         reconciled = self._reconcile(updated, owned)
@@ -519,6 +621,49 @@ class ConsumerGroupModel:
 
         ordered = sorted(parts, key=lambda p: (str(p.topic_id), p.partition))
         return "[" + ",".join(f"{name(p)}-{p.partition}" for p in ordered) + "]"
+
+    # -- regexes ---------------------------------------------------------------------------
+
+    def _regexes_in_use(self) -> set[str]:
+        return {m.regex for m in self.members.values() if m.regex}
+
+    def _forget_unused_regexes(self) -> None:
+        """A regex no member uses any more is forgotten (Kafka writes its tombstone)."""
+        for regex in set(self.resolved) - self._regexes_in_use():
+            del self.resolved[regex]
+
+    def _maybe_refresh(self) -> None:
+        """``maybeUpdateRegularExpressions``, from inside a heartbeat: start the background
+        resolution of every regex in use, unless one runs or the last one ended less than
+        :data:`REGEX_REFRESH_MIN_MS` ago, when a regex is unresolved, a topic was created
+        since, or :data:`REGEX_REFRESH_INTERVAL_MS` passed."""
+        used = self._regexes_in_use()
+        now = self.timers.now_ms()
+        if not used or self._refreshing or now <= self.last_refresh_ms + REGEX_REFRESH_MIN_MS:
+            return
+        stale = now > self.last_refresh_ms + REGEX_REFRESH_INTERVAL_MS
+        if not (used - set(self.resolved) or self._topics_created or stale):
+            return
+        self._refreshing, self._topics_created = True, False
+        names = tuple(self.config.topics)  # the metadata image it resolves against
+        self.timers.schedule("regex", RESOLVE_MS, lambda: self._resolved(names))
+
+    def _resolved(self, names: tuple[str, ...]) -> None:
+        """``handleRegularExpressionsResult``: every regex still in use gets the topics of
+        ``names`` it matches whole; the group epoch is bumped if any regex's topics changed
+        (an unresolved regex matched nothing)."""
+        self._refreshing = False
+        self.last_refresh_ms = self.timers.now_ms()
+        changed = False
+        for regex in sorted(self._regexes_in_use()):
+            topics = frozenset(t for t in names if re.fullmatch(regex, t))
+            if self.resolved.get(regex, frozenset()) != topics:
+                changed = True
+            self.resolved[regex] = topics
+        if changed:
+            self._bump()
+        self._trace(f"regexes resolved {dict(self.resolved)}: group epoch {self.group_epoch}")
+        self._save()
 
     def _compute_target(self) -> None:
         members = sorted(self.members)

@@ -92,6 +92,9 @@ class KeyedTimers(Timers):
         if handle is not None:
             handle.cancel()
 
+    def now_ms(self) -> float:
+        return self.world.now
+
     def _fire(self, key: str, fn: Callable[[], None]) -> None:
         self._handles.pop(key, None)
         if self.active:

@@ -176,6 +176,9 @@ class Params:
     #: a topic the members of a consumer-protocol group subscribe to by name before it
     #: exists, and its partition count when it is created in the fault window
     later_topic: tuple[str, int] | None = None
+    #: a consumer-protocol group whose members subscribe with this broker-side regex
+    #: (SubscribedTopicRegex) instead of topic names
+    topic_pattern: str | None = None
 
     @property
     def join_timeout_ms(self) -> int:
@@ -219,6 +222,7 @@ class Params:
             f"p_error={self.p_error}"
             + (f" remote_assignor={self.remote_assignor}" if self.kind.consumer_protocol else "")
             + (f" later_topic={self.later_topic}" if self.later_topic else "")
+            + (f" topic_pattern={self.topic_pattern!r}" if self.topic_pattern else "")
         )
 
 
@@ -258,6 +262,7 @@ def draw_params(seed: int, rng: random.Random, flavor: str | None = None) -> Par
         latency_ms=rng.choice((0.5, 2.0, 10.0)),
         remote_assignor=draw_remote_assignor(seed) if kind.consumer_protocol else "uniform",
         later_topic=draw_later_topic(seed) if kind.consumer_protocol else None,
+        topic_pattern=draw_topic_pattern(seed) if kind.consumer_protocol else None,
     )
 
 
@@ -277,6 +282,19 @@ def draw_later_topic(seed: int) -> tuple[str, int] | None:
     if rng.random() < LATER_TOPIC_PROBABILITY:
         return ("t2", rng.randint(1, 6))
     return None
+
+
+#: How likely a consumer-protocol schedule's members subscribe with a regex.
+PATTERN_PROBABILITY = 0.3
+#: The regex: every topic of a schedule (``t0``, ``t1``, the later ``t2``), whole names.
+TOPIC_PATTERN = "t[0-9]+"
+
+
+def draw_topic_pattern(seed: int) -> str | None:
+    """With :data:`PATTERN_PROBABILITY`, :data:`TOPIC_PATTERN`: the members subscribe with it
+    (the broker resolves it) instead of by name. A stream of its own, like the assignor."""
+    rng = random.Random(f"kgroup-sim-pattern-{seed}")
+    return TOPIC_PATTERN if rng.random() < PATTERN_PROBABILITY else None
 
 
 def draw_remote_assignor(seed: int) -> str:

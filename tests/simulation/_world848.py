@@ -43,7 +43,7 @@ from kgroup.testing.messages import (
 )
 
 from ._model import ModelError
-from ._model_848 import ConsumerGroupModel, MemberState848, topic_id
+from ._model_848 import REGEX_REFRESH_MIN_MS, ConsumerGroupModel, MemberState848, topic_id
 
 if TYPE_CHECKING:
     from ._process import Process
@@ -92,11 +92,14 @@ def consumer_config(
     """A consumer-protocol member of schedule ``params`` (GroupConfig refuses the classic
     fields: the broker owns the session, the interval and the assignment); ``handoff``:
     close() waits for the group's next heartbeat tick (deviations.md row 22)."""
+    names = tuple(t for t, _ in params.topics) + (
+        (params.later_topic[0],) if params.later_topic else ()
+    )
     return GroupConfig(
         bootstrap_servers="b0:9092",
         group_id="sim-group",
-        topics=tuple(t for t, _ in params.topics)
-        + ((params.later_topic[0],) if params.later_topic else ()),
+        topics=() if params.topic_pattern else names,
+        topic_pattern=params.topic_pattern,
         group_protocol="consumer",
         group_instance_id=instance_id,
         # Uniform is the broker's default: asked for by name only when it is range.
@@ -377,14 +380,19 @@ def stable_bound_848_ms(params: Params) -> float:
     acknowledge at once (H), the new owners get the partitions at their next heartbeat (H),
     and acknowledge (H); a member the broker fenced on the way rejoins (H). A second
     of latency and backoff (a static member retrying UNRELEASED_INSTANCE_ID waits up to
-    ``retry_backoff_max_ms``). Hence ``T + 2S + 1.5R + 6H + 2 s``.
+    ``retry_backoff_max_ms``). Hence ``T + 2S + 1.5R + 6H + 2 s``. With a regex
+    subscription, a topic created under the faults is resolved at the first heartbeat
+    after the last resolution plus :data:`~._model_848.REGEX_REFRESH_MIN_MS` (G): add
+    ``G + H``.
     """
+    regex = REGEX_REFRESH_MIN_MS + params.heartbeat_ms if params.topic_pattern else 0.0
     return (
         params.request_timeout_ms
         + 2 * params.session_ms
         + 1.5 * params.max_poll_ms
         + 6 * params.heartbeat_ms
         + 2_000
+        + regex
     )
 
 
@@ -409,6 +417,8 @@ def stable_state_848(world: World) -> str | None:
         return f"members {sorted(group.members)} != {sorted(ids)}"
     if group.assignment_epoch != group.group_epoch:
         return f"target at epoch {group.assignment_epoch}, group at {group.group_epoch}"
+    if group.regexes_pending():
+        return f"regexes not resolved against the topics now: {dict(group.resolved)}"
     union: set[Any] = set()
     count = 0
     names = {tid: t for t, tid in topic_ids(world).items()}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -66,6 +67,9 @@ class Hb:
     full: bool = False
     instance: str | None = None
     rebalance_timeout_ms: int = REBALANCE_TIMEOUT_MS
+    #: subscribe with a regex matching the script's topic and its later one (as kgroup
+    #: does: no names, SubscribedTopicRegex) instead of by name
+    regex: bool = False
 
 
 @dataclass(frozen=True)
@@ -182,17 +186,21 @@ class Side:
             tid = self.topic()
             owned = None if step.owned is None else self._owned(tid, step.owned)
             fields: dict[str, Any] = {}
+            subscription: dict[str, Any] = {"subscribed_topic_names": subscribed}
+            if step.regex:
+                pattern = re.escape(topic) + "(-later)?"
+                subscription = {"subscribed_topic_names": (), "subscribed_topic_regex": pattern}
             if epoch == 0:
                 fields = {
                     "rebalance_timeout_ms": step.rebalance_timeout_ms,
-                    "subscribed_topic_names": subscribed,
+                    **subscription,
                     "server_assignor": self.assignor,
                     "topic_partitions": (),
                 }
             elif epoch > 0 and step.full:
                 fields = {
                     "rebalance_timeout_ms": step.rebalance_timeout_ms,
-                    "subscribed_topic_names": subscribed,
+                    **subscription,
                     "topic_partitions": owned or (),
                 }
             elif epoch > 0:
@@ -263,6 +271,9 @@ class _ManualTimers(Timers):
 
     def cancel(self, key: str) -> None:
         self.due.pop(key, None)
+
+    def now_ms(self) -> float:
+        return self.now
 
     def advance(self, ms: float) -> None:
         end = self.now + ms
@@ -703,6 +714,46 @@ RECREATION: list[Step] = [
     Hb("c", 0),  # a newcomer: the others revoke some of the new topic's first
 ]
 
+#: A regex subscription (SubscribedTopicRegex) beside a member subscribed by name: the
+#: broker resolves a regex nobody used yet in the background, so its member joins at the
+#: group's epoch as it is (no new one) with nothing, and the resolution moves the group to
+#: a new epoch; a second member with the same regex, already resolved, moves it at once;
+#: a member that leaves does too. (Kafka's resolution ends within milliseconds, so a
+#: heartbeat right after the join may see it: the script waits. Run with ``uniform`` only:
+#: the owned partitions reported follow its choices.)
+REGEX: list[Step] = [
+    Hb("x", 0),  # by name: every partition
+    Hb("x", owned=ALL),
+    Hb("a", 0, regex=True),  # x's epoch, nothing
+    Wait(1_000),  # the resolution ends (in milliseconds on Kafka): a new group epoch
+    Hb("x", owned=ALL),  # asked to revoke three
+    Hb("x", owned=(0, 1, 2)),
+    Hb("a", owned=()),  # a gets them
+    Hb("a", owned=(3, 4, 5)),
+    Hb("b", 0, regex=True),  # resolved already: a new epoch at once, nothing for b yet
+    Hb("a", owned=(3, 4, 5)),
+    Hb("b", -1),  # b leaves
+    Hb("a", owned=(3, 4, 5)),
+]
+
+#: A topic the regex matches, created after the regex was resolved: the broker resolves
+#: it again only from a heartbeat at least 10 s after the last resolution (Kafka's
+#: ``REGEX_BATCH_REFRESH_MIN_INTERVAL_MS``), in the background; then the group moves to a
+#: new epoch and the new topic's partitions are shared out.
+REGEX_CREATION: list[Step] = [
+    Hb("a", 0, regex=True),
+    Wait(1_000),
+    Hb("a", owned=()),  # every partition of the topic
+    Hb("a", owned=ALL),
+    Create(2),  # the later topic, which the regex matches
+    Hb("a", owned=ALL),  # nothing new: the last resolution was less than 10 s ago
+    Wait(10_000),
+    Hb("a", owned=ALL),  # this heartbeat starts a resolution; nothing new yet
+    Wait(1_000),
+    Hb("a", owned=ALL),  # resolved: a new epoch with the new topic's partitions too
+    Hb("a", owned=(*ALL, "L0", "L1")),
+]
+
 SCRIPTS = {
     "dynamic": DYNAMIC,
     "static": STATIC,
@@ -712,6 +763,8 @@ SCRIPTS = {
     "deletion": DELETION,
     "creation": CREATION,
     "recreation": RECREATION,
+    "regex": REGEX,
+    "regex-creation": REGEX_CREATION,
 }
 
 #: (script, server assignor): every script with Kafka's default (``uniform``), and those

@@ -20,7 +20,8 @@ those with a second topic delete it then (``delete_topic``, ``plan_topic_deletio
 10 subscribe to a topic that does not exist yet and is created then (``create_topic``,
 ``Params.later_topic``), 2 in 10 delete ``t0`` and create it again under its name 0 to 2 s
 later, with a new topic id and up to two more partitions (``recreate_topic``,
-``plan_topic_recreation``), and half
+``plan_topic_recreation``), 3 in 10 subscribe with a regex (``Params.topic_pattern``,
+resolved by the model in the background as Kafka does), and half
 of them have the broker assign with ``range`` instead of ``uniform`` (its own stream as
 well: ``_world.draw_remote_assignor``).
 
