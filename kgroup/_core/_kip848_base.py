@@ -300,6 +300,10 @@ class ConsumerMemberBase:
                 return
             self._fence("lease expired", now)
 
+    def held(self) -> frozenset[TopicPartition]:
+        """By name: what the member owns, and what a running reconciliation installs."""
+        return self.named(self._holding())
+
     def _holding(self) -> frozenset[IdPartition]:
         """What the member owns, and what a running reconciliation installs."""
         reconciling = self._reconciling

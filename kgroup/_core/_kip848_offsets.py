@@ -7,7 +7,10 @@ only the rules differ:
   consumer-protocol member) and may be sent while the member has an epoch: STABLE, and
   also RECONCILING and ACKNOWLEDGING, so a revoke callback can commit before it returns;
 - STALE_MEMBER_EPOCH is retried when the member's epoch moved on since the commit was
-  sent (the retry carries the new one), and is CommitFailed otherwise; UNKNOWN_MEMBER_ID,
+  sent (the retry carries the new one) and the member still owns every partition of the
+  commit, and is CommitFailed otherwise (Kafka takes a commit under the current epoch
+  without looking at what the member owns, so the retry of a partition revoked meanwhile,
+  by a ``poll()`` in another task, would store offsets another member may own); UNKNOWN_MEMBER_ID,
   FENCED_MEMBER_EPOCH, ILLEGAL_GENERATION and FENCED_INSTANCE_ID are CommitFailed (the
   heartbeat, not the commit, decides whether the member is fenced);
 - OffsetFetch v9+ carries the member id and epoch; STALE_MEMBER_EPOCH and UNKNOWN_MEMBER_ID
@@ -99,9 +102,27 @@ def on_commit_response_848(
     """Judge an OffsetCommit answer; ``sent`` carries the epoch the request was sent with."""
     first = next((code for _, _, code in response.results if code), None)
     if first == E.STALE_MEMBER_EPOCH:
-        if core.member_epoch > 0 and core.member_epoch != sent.generation_id:
-            return Retry(f"STALE_MEMBER_EPOCH at epoch {sent.generation_id}: the epoch moved on")
-        return Fail(_commit_failed(core, "STALE_MEMBER_EPOCH", sent))
+        if core.member_epoch <= 0 or core.member_epoch == sent.generation_id:
+            return Fail(_commit_failed(core, "STALE_MEMBER_EPOCH", sent))
+        # DEVIATION (spec §10.8, deviations.md row 24): Kafka takes a commit under the
+        # current epoch whatever the member owns, so a retry of a partition given up
+        # meanwhile would store offsets another member may own: retried only while held.
+        gone = sorted(
+            str(TopicPartition(topic, partition))
+            for topic, partition, _ in response.results
+            if TopicPartition(topic, partition) not in core.held()
+        )
+        if gone:
+            return Fail(
+                CommitFailed(
+                    f"offset commit for group {core.settings.group_id!r} failed: "
+                    f"STALE_MEMBER_EPOCH (member epoch {sent.generation_id}), and this member "
+                    f"no longer owns {', '.join(gone)} at epoch {core.member_epoch}: not "
+                    "retried, since another member may own them now; do not assume these "
+                    "offsets were stored"
+                )
+            )
+        return Retry(f"STALE_MEMBER_EPOCH at epoch {sent.generation_id}: the epoch moved on")
     if first in _NOT_A_MEMBER:
         return Fail(_commit_failed(core, ErrorCode.describe(first), sent))
     if first == E.REBALANCE_IN_PROGRESS:  # not a consumer-protocol answer: retry
