@@ -361,20 +361,26 @@ def test_a_confluent_hold_overlapping_a_kgroup_hold_fails_invariant_1(consumer_g
     assert any("confluent 1" in note for note in runner.result.notes)
 
 
-@pytest.mark.parametrize("created_again", [True, False])
-def test_a_topic_created_again_excuses_an_old_hold_beside_a_new_one(
-    consumer_group: Any, created_again: bool
-) -> None:
-    """The topic deleted (DeleteTopics sent at 2.0) and created again (CreateTopics sent at
-    3.0): the kgroup member's hold of the old partition 0 beside the Java member's of the
-    new one is tolerated and noted. Without the creation again it is an overlap."""
-    runner, kg, java, rdk = consumer_group
+def _old_hold_then_new(runner: ChaosRunner, kg: MemberProc, java: MemberProc, again: bool) -> None:
+    """The topic deleted (DeleteTopics sent at 2.0) and, if ``again``, created again
+    (CreateTopics sent at 3.0); the kgroup member held partition 0 from 1.0 to 4.0, the
+    Java member from 3.5."""
     runner.deleted_topics[TOPIC] = 2.0
-    if created_again:
+    if again:
         runner.recreated_topics[TOPIC] = 3.0
     runner.feed(kg, line("assigned", 1.0, 0, generation=4))
     runner.feed(java, line("assigned", 3.5, 0, generation=2))
     runner.feed(kg, line("revoked", 4.0, 0, generation=4))
+
+
+@pytest.mark.parametrize("created_again", [True, False])
+def test_a_topic_created_again_excuses_an_old_hold_beside_a_new_one(
+    consumer_group: Any, created_again: bool
+) -> None:
+    """The kgroup member's hold of the old partition 0 beside the Java member's of the new
+    one is tolerated and noted. Without the creation again it is an overlap."""
+    runner, kg, java, rdk = consumer_group
+    _old_hold_then_new(runner, kg, java, created_again)
     for mp in (kg, java, rdk):
         exit_cleanly(runner, mp, 6.0)
     found = failures(runner)
@@ -389,11 +395,7 @@ def test_two_holds_of_a_topic_created_again_still_overlap(consumer_group: Any) -
     """After the topic came back, the Java and confluent members both holding its new
     partition 0 is an overlap; only the old hold beside a new one is excused."""
     runner, kg, java, rdk = consumer_group
-    runner.deleted_topics[TOPIC] = 2.0
-    runner.recreated_topics[TOPIC] = 3.0
-    runner.feed(kg, line("assigned", 1.0, 0, generation=4))
-    runner.feed(java, line("assigned", 3.5, 0, generation=2))
-    runner.feed(kg, line("revoked", 4.0, 0, generation=4))
+    _old_hold_then_new(runner, kg, java, True)
     runner.feed(rdk, line("assigned", 4.5, 0))
     for mp in (kg, java, rdk):
         exit_cleanly(runner, mp, 6.0)
