@@ -7,10 +7,12 @@ only the rules differ:
   consumer-protocol member) and may be sent while the member has an epoch: STABLE, and
   also RECONCILING and ACKNOWLEDGING, so a revoke callback can commit before it returns;
 - STALE_MEMBER_EPOCH is retried when the member's epoch moved on since the commit was
-  sent (the retry carries the new one) and the member still owns every partition of the
-  commit, and is CommitFailed otherwise (Kafka takes a commit under the current epoch
-  without looking at what the member owns, so the retry of a partition revoked meanwhile,
-  by a ``poll()`` in another task, would store offsets another member may own); UNKNOWN_MEMBER_ID,
+  sent (the retry carries the new one), and is CommitFailed otherwise;
+- any retry (after STALE_MEMBER_EPOCH, or a coordinator error or lost connection) goes out
+  only while the member still holds every partition of the commit, and is CommitFailed
+  otherwise: Kafka takes a commit under the current epoch without looking at what the
+  member owns, so the retry of a partition revoked meanwhile, by a ``poll()`` in another
+  task, would store offsets another member may own; UNKNOWN_MEMBER_ID,
   FENCED_MEMBER_EPOCH, ILLEGAL_GENERATION and FENCED_INSTANCE_ID are CommitFailed (the
   heartbeat, not the commit, decides whether the member is fenced);
 - OffsetFetch v9+ carries the member id and epoch; STALE_MEMBER_EPOCH and UNKNOWN_MEMBER_ID
@@ -74,13 +76,19 @@ def _as_classic(core: ConsumerProtocolMember) -> MemberCore:
 
 
 def commit_request_848(
-    core: ConsumerProtocolMember, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]
+    core: ConsumerProtocolMember,
+    offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+    *,
+    retry: bool = False,
 ) -> OffsetCommitRequest | Done:
     """The OffsetCommit to send now (v9, under the member epoch), or :class:`Done` when
-    there is nothing to commit. A member without an epoch raises :class:`CommitFailed`."""
+    there is nothing to commit. A member without an epoch raises :class:`CommitFailed`,
+    and so does a ``retry`` once the member gave up a partition of the commit."""
     parts = _normalise(offsets)
     if not parts:
         return Done()
+    if retry and (gone := _given_up(core, offsets)):
+        raise _not_retried(core, gone, "retry")
     if core.state not in _COMMITTING or core.member_epoch <= 0:
         raise CommitFailed(
             f"cannot commit for group {core.settings.group_id!r}: this member has no member "
@@ -104,30 +112,33 @@ def on_commit_response_848(
     if first == E.STALE_MEMBER_EPOCH:
         if core.member_epoch <= 0 or core.member_epoch == sent.generation_id:
             return Fail(_commit_failed(core, "STALE_MEMBER_EPOCH", sent))
-        # DEVIATION (spec §10.8, deviations.md row 24): Kafka takes a commit under the
-        # current epoch whatever the member owns, so a retry of a partition given up
-        # meanwhile would store offsets another member may own: retried only while held.
-        gone = sorted(
-            str(TopicPartition(topic, partition))
-            for topic, partition, _ in response.results
-            if TopicPartition(topic, partition) not in core.held()
-        )
+        gone = _given_up(core, (TopicPartition(t, p) for t, p, _ in response.results))
         if gone:
-            return Fail(
-                CommitFailed(
-                    f"offset commit for group {core.settings.group_id!r} failed: "
-                    f"STALE_MEMBER_EPOCH (member epoch {sent.generation_id}), and this member "
-                    f"no longer owns {', '.join(gone)} at epoch {core.member_epoch}: not "
-                    "retried, since another member may own them now; do not assume these "
-                    "offsets were stored"
-                )
-            )
+            return Fail(_not_retried(core, gone, f"STALE_MEMBER_EPOCH at {sent.generation_id}"))
         return Retry(f"STALE_MEMBER_EPOCH at epoch {sent.generation_id}: the epoch moved on")
     if first in _NOT_A_MEMBER:
         return Fail(_commit_failed(core, ErrorCode.describe(first), sent))
     if first == E.REBALANCE_IN_PROGRESS:  # not a consumer-protocol answer: retry
         return Retry("REBALANCE_IN_PROGRESS")
     return on_commit_response(_as_classic(core), sent, response)
+
+
+def _given_up(core: ConsumerProtocolMember, partitions: Iterable[TopicPartition]) -> list[str]:
+    """The partitions of a commit the member no longer holds (owns or installs)."""
+    gone = {TopicPartition(p[0], p[1]) for p in partitions} - core.held()
+    return sorted(str(p) for p in gone)
+
+
+def _not_retried(core: ConsumerProtocolMember, gone: list[str], after: str) -> CommitFailed:
+    # DEVIATION (spec §10.8, deviations.md row 24): Kafka takes a commit under the current
+    # epoch whatever the member owns, so a commit retried after the member gave up one of
+    # its partitions (revoked by a poll() in another task while the commit was in flight)
+    # would store offsets another member may own: a retry goes out only while all are held.
+    return CommitFailed(
+        f"offset commit for group {core.settings.group_id!r} not retried ({after}): this "
+        f"member no longer owns {', '.join(gone)} at epoch {core.member_epoch}, and another "
+        "member may own them now; do not assume these offsets were stored"
+    )
 
 
 def _commit_failed(core: ConsumerProtocolMember, name: str, sent: Generation) -> CommitFailed:

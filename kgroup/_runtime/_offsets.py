@@ -133,7 +133,11 @@ async def commit_offsets(
     make: Callable[..., OffsetCommitRequest | Done] = commit_request
     judge: Callable[..., Verdict] = on_commit_response
     if consumer:
-        make, judge = commit_request_848, on_commit_response_848
+        judge = on_commit_response_848
+
+        def make(core: Any, offsets: Mapping[TopicPartition, OffsetAndMetadata | int]) -> Any:
+            return commit_request_848(core, offsets, retry=attempts.attempts > 0)
+
     while True:
         prepared = member._core_call(lambda core: (make(core, offsets), core.generation))
         request, sent = prepared

@@ -75,7 +75,8 @@ differ from the 2024 sources (``test_model_vs_kafka_848.py`` keeps them compared
   with Kafka by the ``regex`` script).
 
 Not modelled: rack awareness, classic members in a consumer group,
-the group size limit, assignment batching (interval 0), offsets, an invalid regex
+the group size limit, assignment batching (interval 0), stored offsets (commits are
+validated, :meth:`ConsumerGroupModel.commit`, not kept), an invalid regex
 (INVALID_REGULAR_EXPRESSION), a member with both names and a regex. Every change is durable
 at once (the persisted record is the whole state): a coordinator that loads the group
 sees every answered change.
@@ -96,6 +97,8 @@ from kgroup._errors import ErrorCode
 from kgroup.testing.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
     TopicIdPartitions,
 )
 
@@ -149,6 +152,9 @@ class Member848:
     client: str = ""
     #: SubscribedTopicRegex ("" for none)
     regex: str = ""
+    #: the epoch each partition it holds (assigned or pending revocation) was assigned at
+    #: (KIP-1251): an older commit epoch is checked against it
+    assignment_epochs: Mapping[IdPartition, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -466,7 +472,10 @@ class ConsumerGroupModel:
             member = self._static_holder(req.instance_id, req.member_id)
         if req.member_epoch == LEAVE_STATIC:
             self.members[member.member_id] = replace(
-                member, epoch=LEAVE_STATIC, pending=frozenset()
+                member,
+                epoch=LEAVE_STATIC,
+                pending=frozenset(),
+                assignment_epochs=dict.fromkeys(member.assigned, 0),
             )
             self._trace(f"{member.member_id} ({member.client}) leaves for now (-2)")
         else:
@@ -622,6 +631,42 @@ class ConsumerGroupModel:
         ordered = sorted(parts, key=lambda p: (str(p.topic_id), p.partition))
         return "[" + ",".join(f"{name(p)}-{p.partition}" for p in ordered) + "]"
 
+    # -- OffsetCommit (v9) -----------------------------------------------------------------
+
+    def commit(self, req: OffsetCommitRequest) -> tuple[OffsetCommitResponse, Member848 | None]:
+        """``ConsumerGroup.validateOffsetCommit`` (Kafka 4.3+, KIP-1251): under the member's
+        current epoch a commit is taken whatever it holds; a newer epoch is
+        STALE_MEMBER_EPOCH; an older one only for partitions it holds (assigned or pending
+        revocation) since that epoch or earlier, else STALE_MEMBER_EPOCH. One failing
+        partition fails the whole request. Returns the answer and, when it is taken, the
+        member it is taken from (offsets are not stored: nothing here reads them)."""
+        if req.group_id != self.group_id:
+            raise ModelError(f"OffsetCommit for group {req.group_id!r}")
+        ids = self.config.ids()
+
+        def answer(code: int) -> OffsetCommitResponse:
+            return OffsetCommitResponse(
+                results=tuple((p.topic, p.partition, code) for p in req.partitions)
+            )
+
+        if not self.exists:
+            return answer(E.GROUP_ID_NOT_FOUND), None
+        member = self.members.get(req.member_id)
+        if member is None:
+            return answer(E.UNKNOWN_MEMBER_ID), None
+        epoch = req.generation_id
+        if epoch > member.epoch:
+            return answer(E.STALE_MEMBER_EPOCH), None
+        if epoch < member.epoch:
+            for part in req.partitions:
+                tid = ids.get(part.topic)
+                since = (
+                    None if tid is None else member.assignment_epochs.get(P(tid, part.partition))
+                )
+                if since is None or epoch < since:
+                    return answer(E.STALE_MEMBER_EPOCH), None
+        return answer(E.NONE), member
+
     # -- regexes ---------------------------------------------------------------------------
 
     def _regexes_in_use(self) -> set[str]:
@@ -712,13 +757,16 @@ class ConsumerGroupModel:
         target_epoch = self.assignment_epoch
 
         def moved(state: MemberState848, to: int, assigned: frozenset[IdPartition]) -> Member848:
+            pending = revoke if state is MS.UNREVOKED_PARTITIONS else frozenset()
+            epochs = {p: member.assignment_epochs.get(p, target_epoch) for p in assigned | pending}
             return replace(
                 member,
                 state=state,
                 epoch=to,
                 previous_epoch=member.epoch,
                 assigned=assigned,
-                pending=revoke if state is MS.UNREVOKED_PARTITIONS else frozenset(),
+                pending=pending,
+                assignment_epochs=epochs,
             )
 
         if revoke and (owned is None or owned & revoke):
@@ -736,6 +784,8 @@ class ConsumerGroupModel:
                 raise ModelError(f"member {mid} recorded as {member.member_id}")
             if member.assigned & member.pending:
                 raise ModelError(f"{mid} both holds and revokes {member.assigned & member.pending}")
+            if set(member.assignment_epochs) != member.assigned | member.pending:
+                raise ModelError(f"{mid}'s assignment epochs are not those of what it holds")
             if member.epoch > self.group_epoch:
                 raise ModelError(f"{mid} at epoch {member.epoch} > group {self.group_epoch}")
             if member.state is MS.UNREVOKED_PARTITIONS and member.epoch != LEAVE_STATIC:

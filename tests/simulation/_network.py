@@ -25,6 +25,8 @@ from kgroup.testing.messages import (
     LeaveGroupRequest,
     LeaveGroupResponse,
     MetadataRequest,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -276,6 +278,12 @@ class Cluster:
         assert group is not None
         client = conn.proc.slot
         if isinstance(group, ConsumerGroupModel):
+            if kind is OffsetCommitRequest:
+                answer, member = world.guard_model(group.commit, msg)
+                if member is not None:
+                    world.commit_taken(conn.proc, msg, group.config.ids())
+                reply(answer)
+                return
             if kind is not ConsumerGroupHeartbeatRequest:
                 raise ModelError(f"unexpected request {msg!r} to a consumer-protocol group")
             reply(world.guard_model(group.heartbeat, msg, client))
@@ -319,6 +327,10 @@ def _error_response(msg: Any, error: int) -> Any:
         return LeaveGroupResponse(error_code=error)
     if isinstance(msg, ConsumerGroupHeartbeatRequest):
         return error_response_848(msg, error)
+    if isinstance(msg, OffsetCommitRequest):
+        return OffsetCommitResponse(
+            results=tuple((p.topic, p.partition, error) for p in msg.partitions)
+        )
     raise ModelError(f"no error response for {msg!r}")
 
 

@@ -20,6 +20,7 @@ import asyncio
 import collections
 import heapq
 import math
+import random
 import zlib
 from asyncio import events
 from collections.abc import Callable, Iterable, Sequence
@@ -35,7 +36,7 @@ from kgroup import (
     WorkSharding,
 )
 from kgroup._core._member import MemberCore
-from kgroup._errors import CoordinatorError
+from kgroup._errors import CommitFailed, CoordinatorError, OffsetsError, RebalanceInProgress
 from kgroup.testing.messages import FindCoordinatorRequest, FindCoordinatorResponse
 
 from ._groups import BRIDGE
@@ -387,6 +388,15 @@ class Process:
         self.slow_polls = 0
         self.completed_generation = -1
         self.observed_valid_until: float | None = None
+        #: Consumer protocol: the application commits what it holds now and then, from a
+        #: task of its own (beside poll()), with draws of its own (the world's stay as
+        #: they were).
+        self._commits = (
+            random.Random(f"kgroup-sim-commits-{params.seed}-{self.holder}")
+            if kind.consumer_protocol
+            else None
+        )
+        self._committer: asyncio.Task[None] | None = None
         self.loop = ProcessLoop(self)
         self.member = GroupMember(
             self.config,
@@ -601,6 +611,7 @@ class Process:
                             f"stable in generation {self.completed_generation}: "
                             f"{sorted(str(tp) for tp in member.assignment)}",
                         )
+                self._maybe_commit()
                 if self.slow_polls > 0:
                     self.slow_polls -= 1
                     work = self.config.max_poll_interval_ms * world.rng.uniform(1.0, 1.5)
@@ -613,6 +624,46 @@ class Process:
         except Exception as exc:  # invariant 3: nothing else escapes a member
             if not self.crashed:
                 world.escaped(self, "app", exc)
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    #: How likely the application starts a commit after a poll (one at a time).
+    COMMIT_PROBABILITY = 0.3
+
+    def _maybe_commit(self) -> None:
+        rng = self._commits
+        if rng is None or (self._committer is not None and not self._committer.done()):
+            return
+        held = self.member.assignment
+        if not held or rng.random() >= self.COMMIT_PROBABILITY:
+            return
+        offset = rng.randint(0, 1_000_000)
+        offsets = dict.fromkeys(sorted(held, key=str), offset)
+        self._committer = self.loop.create_task(self._commit(offsets), name="sim-commit")
+
+    async def _commit(self, offsets: dict[Any, int]) -> None:
+        """``commit_offsets`` of what the member held when it started, from its own task:
+        a poll() may revoke some of it meanwhile. What the broker takes is checked by the
+        world (``World.commit_taken``); the documented failures are counted."""
+        world = self.world
+        try:
+            await self.member.commit_offsets(offsets)
+            world.count_event("commit_ok")
+        except (CommitFailed, OffsetsError, RebalanceInProgress, FencedInstanceId) as exc:
+            world.count_event("commit_failed")
+            if world.tracing:
+                world.log(self.holder, f"commit failed: {exc!r}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # invariant 3
+            if not self.crashed:
+                world.escaped(self, "commit", exc)
+
+    async def _stop_committing(self) -> None:
+        committer = self._committer
+        if committer is not None and not committer.done():
+            committer.cancel()
+            await asyncio.gather(committer, return_exceptions=True)
 
     # -- ends ----------------------------------------------------------------------------------
 
@@ -636,6 +687,7 @@ class Process:
 
     async def _reap(self) -> None:
         try:
+            await self._stop_committing()
             await self.member.abort()
         finally:
             self.loop.halt()
@@ -652,6 +704,7 @@ class Process:
         try:
             self.app.cancel()
             await asyncio.gather(self.app, return_exceptions=True)
+            await self._stop_committing()
             await self.member.close()
         except Exception as exc:
             world.escaped(self, "close", exc)

@@ -48,6 +48,7 @@ from kgroup.testing.messages import (
     HeartbeatRequest,
     JoinGroupRequest,
     LeaveGroupRequest,
+    OffsetCommitRequest,
     SyncGroupRequest,
 )
 
@@ -117,6 +118,11 @@ INJECTED_ERRORS: dict[type, tuple[int, ...]] = {
     # Error codes of spec §4 a broker can answer without changing the group: retriable
     # coordinator errors, and the rejoin triggers. Never NONE or REBALANCE_IN_PROGRESS on a
     # Heartbeat (those prove a session refresh to the lease) and never the fatal ones.
+    OffsetCommitRequest: (
+        E.COORDINATOR_LOAD_IN_PROGRESS,
+        E.COORDINATOR_NOT_AVAILABLE,
+        E.NOT_COORDINATOR,
+    ),
     FindCoordinatorRequest: (
         E.COORDINATOR_NOT_AVAILABLE,
         E.COORDINATOR_LOAD_IN_PROGRESS,
@@ -367,6 +373,11 @@ class Ownership:
                 self.holds.append(hold)
                 self._by_holder.setdefault(holder, []).append(hold)
 
+    def last_hold(self, holder: str, item: Item) -> Hold | None:
+        """``holder``'s latest hold of ``item``, open or ended."""
+        holds = [h for h in self._by_holder.get(holder, ()) if h.partition == item]
+        return max(holds, key=lambda h: h.start) if holds else None
+
     def lease_expired(self, holder: str, deadline: float) -> None:
         """The holder's lease ran out at ``deadline``: every hold it had then ends there,
         also one already recorded as ending later (a revoke callback that ran past the
@@ -461,6 +472,11 @@ class World:
         #: How many times each topic was deleted and created again under its name (a new
         #: topic id each time: ``_model_848.topic_id``).
         self.topic_recreations: Counter[str] = Counter()
+        #: OffsetCommits the consumer-protocol coordinator took: (holder, partition, topic
+        #: id, when); checked against the holds at the end (:meth:`commits_of_others`).
+        self.commits: list[tuple[str, TopicPartition, uuid.UUID | None, float]] = []
+        #: ... of which by name onto a topic created again (see :meth:`commit_taken`).
+        self.commits_by_name = 0
         self.net = Network(self)
         self.cluster = Cluster(self, params.nodes)
         self.slots: dict[str, Process | None] = {}
@@ -488,6 +504,43 @@ class World:
         """A fault's direct effect lasts until ``until``: a network operation it could
         touch resolves, a coordinator loads, a broker comes back, a slow poll ends."""
         self.quiet_at = max(self.quiet_at, until)
+
+    def commit_taken(
+        self, proc: Process, msg: OffsetCommitRequest, ids: Mapping[str, uuid.UUID]
+    ) -> None:
+        """The coordinator took ``msg`` from ``proc`` (its partitions named by topic; v9
+        commits by name, which Kafka maps to the topic's current id).
+
+        A member that holds (or last held) a partition of a topic deleted and created
+        again since commits it by name (OffsetCommit v9 has no topic ids; kgroup sends v9)
+        before it has heard of the new topic, and Kafka stores it for the new topic's
+        partition of that name, which another member may hold: no client on v9 can tell.
+        Such commits are counted (``commit_by_name_onto_a_new_topic``, limitations.md), not
+        checked."""
+        for part in msg.partitions:
+            tp = TopicPartition(part.topic, part.partition)
+            tid = ids.get(part.topic)
+            mine = self.ownership.last_hold(proc.holder, tp)
+            if mine is not None and mine.topic_id is not None and mine.topic_id != tid:
+                self.commits_by_name += 1
+                self.count_event("commit_by_name_onto_a_new_topic")
+                continue
+            self.commits.append((proc.holder, tp, tid, self.now))
+        self.count_event("commit_taken")
+
+    def commits_of_others(self) -> list[str]:
+        """Commits the coordinator took for a partition while another member held it (the
+        offsets of its new owner overwritten): invariant 1 for offsets."""
+        found = []
+        holds: dict[TopicPartition, list[Hold]] = {}
+        for hold in self.ownership.holds:
+            if isinstance(hold.partition, TopicPartition) and hold.end > hold.start:
+                holds.setdefault(hold.partition, []).append(hold)
+        for holder, tp, tid, at in self.commits:
+            for hold in holds.get(tp, ()):
+                if hold.holder != holder and hold.topic_id == tid and hold.start <= at < hold.end:
+                    found.append(f"{holder} committed {tp} at {at:.1f} while {hold}")
+        return found
 
     def count_event(self, kind: str) -> None:
         self.event_counts[kind] += 1
@@ -823,6 +876,8 @@ def _run_world(world: World, seed: int) -> Result:
         import traceback
 
         world.fail(SimulationFailure("simulator", "".join(traceback.format_exception(exc)).strip()))
+    if world.failure is None and (others := world.commits_of_others()):
+        world.fail(SimulationFailure("ownership", f"{len(others)} commit(s): {others[0]}"))
     if world.failure is None and world.ownership.name_clashes:
         clashes = world.ownership.name_clashes
         world.fail(SimulationFailure("ownership", f"{len(clashes)} name clash(es): {clashes[0]}"))

@@ -21,7 +21,9 @@ those with a second topic delete it then (``delete_topic``, ``plan_topic_deletio
 ``Params.later_topic``), 2 in 10 delete ``t0`` and create it again under its name 0 to 2 s
 later, with a new topic id and up to two more partitions (``recreate_topic``,
 ``plan_topic_recreation``), 3 in 10 subscribe with a regex (``Params.topic_pattern``,
-resolved by the model in the background as Kafka does), and half
+resolved by the model in the background as Kafka does), every consumer-protocol
+application commits what it holds from a task beside ``poll()`` (``Process._commit``),
+and half
 of them have the broker assign with ``range`` instead of ``uniform`` (its own stream as
 well: ``_world.draw_remote_assignor``).
 
@@ -35,7 +37,9 @@ Every schedule checks five invariants (the consumer protocol: 1 to 4):
    deadline, if that came first). A topic created again under its name has a new id, and
    to Kafka its partitions are others than the old ones of the same names: holds of the
    two are told apart by the id behind the name (``Hold.topic_id``), and a member given a
-   partition under a name it still holds for the other id fails the schedule;
+   partition under a name it still holds for the other id fails the schedule. Nor does
+   the consumer-protocol coordinator take an OffsetCommit for a partition while another
+   member holds it (``World.commits_of_others``);
 2. after the faults stop, the group becomes stable (the coordinator's group STABLE with every
    member slot live and joined, each member done with its rebalance and holding exactly what
    the broker assigned it, every partition or item held exactly once; for LeaderElection
@@ -257,6 +261,13 @@ class Summary:
             (
                 "consumer protocol: closes that waited for the heartbeat grid",
                 str(self.events.get("handoff_waiting", 0)),
+            ),
+            (
+                "consumer protocol: commits ok / failed / taken by name onto a new topic",
+                " / ".join(
+                    str(self.events.get(k, 0))
+                    for k in ("commit_ok", "commit_failed", "commit_by_name_onto_a_new_topic")
+                ),
             ),
             (
                 "cooperative: schedules by rebalances after membership settled",

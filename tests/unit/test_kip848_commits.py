@@ -68,3 +68,26 @@ def test_a_stale_commit_of_a_partition_revoked_meanwhile_fails() -> None:
     verdict = on_commit_response_848(h.m, sent, stale(P0, P1))
     assert isinstance(verdict, Fail) and isinstance(verdict.error, CommitFailed)
     assert "t1-1" in str(verdict.error) and "no longer owns" in str(verdict.error)
+
+
+def test_any_retry_of_a_commit_goes_out_only_while_its_partitions_are_held() -> None:
+    """A retry after a lost connection or a coordinator error is built again under the
+    member's epoch now: once the member gave up a partition of the commit it is refused
+    (simulation consumer seed 148, before the check: the retry went out under the new
+    epoch 7 s after the revoke, and the broker took it while another member held the
+    partition). The first attempt is sent as asked."""
+    h = owning_both()
+    offsets: dict[TopicPartition, int] = {P0: 10, P1: 20}
+    assert commit(h, offsets).generation_id == 5
+    h.answer(h.send(), epoch=5, assigned=assignment((T1, (0,))))
+    h.poll()  # t1-1 revoked while the commit waits for a coordinator
+    h.answer(h.send(), epoch=6, assigned=assignment((T1, (0,))))
+    assert commit(h, offsets).generation_id == 6  # a first attempt: as asked
+    try:
+        commit_request_848(h.m, offsets, retry=True)
+    except CommitFailed as exc:
+        assert "t1-1" in str(exc) and "not retried" in str(exc)
+    else:
+        raise AssertionError("a retry of a partition given up went out")
+    kept = commit_request_848(h.m, {P0: 10}, retry=True)
+    assert isinstance(kept, OffsetCommitRequest) and kept.generation_id == 6
