@@ -4,7 +4,8 @@ the member's current epoch a commit is taken whatever the member owns, even a pa
 has just given up; only an older epoch is checked, partition by partition, against the
 epoch each partition was assigned at (KIP-1251). So a commit retried under a newer epoch
 is safe only while the member still owns what it commits, and kgroup retries only then
-(``tests/unit/test_kip848_commits.py``)."""
+(``tests/unit/test_kip848_commits.py``). The simulation's model takes commits by the same
+rules (``ConsumerGroupModel.commit``)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from tests.simulation.test_model_vs_kafka_848 import _until_the_coordinator_sees
 
 MEMBER_EPOCH_OFFSET_VERSION = 9
 STALE_MEMBER_EPOCH = 113
+UNKNOWN_MEMBER_ID = 25
 
 
 async def test_kafka_takes_a_commit_under_the_current_epoch_whatever_the_member_owns(
@@ -102,5 +104,8 @@ async def test_kafka_takes_a_commit_under_the_current_epoch_whatever_the_member_
         # Under its older epoch only what a has owned since that epoch.
         assert await commit(a, first, given) == STALE_MEMBER_EPOCH
         assert await commit(a, first, kept) == 0
+        # A newer epoch than the member's, and a member the group does not know.
+        assert await commit(a, now + 1, kept) == STALE_MEMBER_EPOCH
+        assert await commit(f"z-{uuid.uuid4()}", now, kept) == UNKNOWN_MEMBER_ID
     finally:
         await conn.aclose()
