@@ -88,7 +88,7 @@ def commit_request_848(
     if not parts:
         return Done()
     if retry and (gone := _given_up(core, offsets)):
-        raise _not_retried(core, gone, "retry")
+        raise _not_retried(core, gone)
     if core.state not in _COMMITTING or core.member_epoch <= 0:
         raise CommitFailed(
             f"cannot commit for group {core.settings.group_id!r}: this member has no member "
@@ -110,12 +110,10 @@ def on_commit_response_848(
     """Judge an OffsetCommit answer; ``sent`` carries the epoch the request was sent with."""
     first = next((code for _, _, code in response.results if code), None)
     if first == E.STALE_MEMBER_EPOCH:
-        if core.member_epoch <= 0 or core.member_epoch == sent.generation_id:
-            return Fail(_commit_failed(core, "STALE_MEMBER_EPOCH", sent))
-        gone = _given_up(core, (TopicPartition(t, p) for t, p, _ in response.results))
-        if gone:
-            return Fail(_not_retried(core, gone, f"STALE_MEMBER_EPOCH at {sent.generation_id}"))
-        return Retry(f"STALE_MEMBER_EPOCH at epoch {sent.generation_id}: the epoch moved on")
+        if core.member_epoch > 0 and core.member_epoch != sent.generation_id:
+            # The retry goes out only while every partition is held (commit_request_848).
+            return Retry(f"STALE_MEMBER_EPOCH at epoch {sent.generation_id}: the epoch moved on")
+        return Fail(_commit_failed(core, "STALE_MEMBER_EPOCH", sent))
     if first in _NOT_A_MEMBER:
         return Fail(_commit_failed(core, ErrorCode.describe(first), sent))
     if first == E.REBALANCE_IN_PROGRESS:  # not a consumer-protocol answer: retry
@@ -129,14 +127,14 @@ def _given_up(core: ConsumerProtocolMember, partitions: Iterable[TopicPartition]
     return sorted(str(p) for p in gone)
 
 
-def _not_retried(core: ConsumerProtocolMember, gone: list[str], after: str) -> CommitFailed:
+def _not_retried(core: ConsumerProtocolMember, gone: list[str]) -> CommitFailed:
     # DEVIATION (spec §10.8, deviations.md row 24): Kafka takes a commit under the current
     # epoch whatever the member owns, so a commit retried after the member gave up one of
     # its partitions (revoked by a poll() in another task while the commit was in flight)
     # would store offsets another member may own: a retry goes out only while all are held.
     return CommitFailed(
-        f"offset commit for group {core.settings.group_id!r} not retried ({after}): this "
-        f"member no longer owns {', '.join(gone)} at epoch {core.member_epoch}, and another "
+        f"offset commit for group {core.settings.group_id!r} not retried: this member no "
+        f"longer owns {', '.join(gone)} at epoch {core.member_epoch}, and another "
         "member may own them now; do not assume these offsets were stored"
     )
 
