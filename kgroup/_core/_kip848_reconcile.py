@@ -164,6 +164,14 @@ class PollDriver(ConsumerMemberBase):
         )
         return action
 
+    def may_install(self, action: Reconcile, now: float) -> bool:
+        """Whether ``action``, its revoke callback done, may install its new partitions and
+        call the assign callback: not once the member lost what it holds meanwhile (fenced,
+        its lease ended during the revoke callback) or failed; the broker may have given
+        them to another member. The runtime then reports it interrupted, not installed."""
+        self.check_lease(now)
+        return self._reconciling is action and self._lost_reason is None and self.fatal is None
+
     def reconciled(self, action: Reconcile, now: float) -> None:
         """The runtime ran ``action`` to the end: it holds ``action.owned_after``."""
         if self._reconciling is not action:

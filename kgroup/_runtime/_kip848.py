@@ -368,13 +368,20 @@ class ConsumerProtocolRuntime:
         """Revoke, install, assign (§10.5 steps 5-6), then report. A ``poll()`` cancelled
         in the middle reports what the member holds by then, so the next ``poll()`` (or
         close()) goes on from there; a revoke callback cut short is reported as lost at the
-        next callback run (RebalanceDriver.run_calls)."""
+        next callback run (RebalanceDriver.run_calls). A member that lost its partitions
+        while the revoke callback ran (fenced, its lease ended) installs nothing new."""
         installed = False
         try:
             self.assignment = self.assignment - action.revoked
             if action.revoked:
                 call = ListenerCall("on_partitions_revoked", action.revoked)
                 await self._rebalance.run_calls((call,), errors)
+                with self._step() as core:
+                    go_on = core.may_install(action, self._shared.now())
+                    if not go_on:  # lost meanwhile: the next poll() reports what is kept
+                        core.reconcile_interrupted(action, installed=False)
+                if not go_on:
+                    return
             self.assignment = self.assignment | action.assigned
             installed = True
             call = ListenerCall("on_partitions_assigned", action.assigned)
