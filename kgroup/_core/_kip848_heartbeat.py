@@ -157,9 +157,12 @@ class HeartbeatDriver(ConsumerMemberBase):
         due = now if self.state in _SEND_AT_ONCE else self._next_heartbeat_at
         due = max(due, self._hb_retry_at)
         if now < due:
-            until = min(due, self._poll_deadline)
+            # Woken early by the poll timer only while it runs (a member preparing to leave
+            # no longer polls: its deadline may be long past), and by a lease deadline
+            # still ahead; a past one is no wait (it would wake the task at once, forever).
+            until = min(due, self._poll_deadline) if polling else due
             lease = self.valid_until
-            if lease is not None:
+            if lease is not None and lease > now:
                 until = min(until, lease)
             return HeartbeatWait(max(until, now))
         return self._send(now, leave=False)
