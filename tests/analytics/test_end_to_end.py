@@ -53,6 +53,15 @@ async def scenario(bootstrap: str, topic: str, group_id: str, logs: Path) -> dic
         await group.wait_stable(topic, PARTITIONS)
         time.sleep(STALL_S)  # noqa: ASYNC251 - on purpose: the event loop stalls
         await group.wait_stable(topic, PARTITIONS)
+        # Every member heartbeats before one leaves and one crashes (on a loaded machine
+        # the rebalances can take a member's whole life before its first heartbeat).
+        await group.wait_until(
+            lambda: all(
+                r.member.stats().heartbeats_acknowledged > 0 for r in (survivor, crashing, leaving)
+            ),
+            timeout=60,
+            what="a heartbeat answered for every member",
+        )
         roles = {leaving.member.member_id: "leaving", crashing.member.member_id: "crashing"}
         await leaving.close()
         await group.wait_stable(topic, PARTITIONS, members=[survivor, crashing])
