@@ -417,10 +417,8 @@ class ConsumerGroupModel:
     def _subscribed_image(self) -> dict[str, tuple[uuid.UUID, int]]:
         """The subscribed topics that exist: id and partition count (what Kafka hashes into
         the group's metadata hash; a change bumps the group epoch)."""
-        ids = self.config.ids()
-        return {
-            t: (ids[t], n) for t, n in self.config.topics.items() if t in self.subscribed_topics()
-        }
+        ids, subscribed = self.config.ids(), self.subscribed_topics()
+        return {t: (ids[t], n) for t, n in self.config.topics.items() if t in subscribed}
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------
 
@@ -813,19 +811,20 @@ class ConsumerGroupModel:
             targeted |= parts
         if self.members and self.assignment_epoch == self.group_epoch:
             if set(self.target) == set(self.members):
-                if targeted != set(self.universe):
+                universe = self.universe
+                if targeted != set(universe):
                     raise ModelError("the target does not cover every partition")
-                for topic, parts in self._balance_units().items():
+                for topic, parts in self._balance_units(universe).items():
                     sizes = [len(p & parts) for p in self.target.values()]
                     if max(sizes) - min(sizes) > 1:
                         raise ModelError(f"target not balanced{topic}: {sorted(sizes)}")
 
-    def _balance_units(self) -> dict[str, frozenset[IdPartition]]:
-        """What the assignor balances: ``range`` each topic on its own, ``uniform`` the
-        partitions of every topic together."""
+    def _balance_units(self, universe: list[IdPartition]) -> dict[str, frozenset[IdPartition]]:
+        """What the assignor balances of ``universe``: ``range`` each topic on its own,
+        ``uniform`` the partitions of every topic together."""
         if self.config.assignor != "range":
-            return {"": frozenset(self.universe)}
+            return {"": frozenset(universe)}
         units: dict[str, set[IdPartition]] = {}
-        for part in self.universe:
+        for part in universe:
             units.setdefault(f" in topic {part.topic_id}", set()).add(part)
         return {name: frozenset(parts) for name, parts in units.items()}
