@@ -168,9 +168,13 @@ class PollDriver(ConsumerMemberBase):
         """Whether ``action``, its revoke callback done, may install its new partitions and
         call the assign callback: not once the member lost what it holds meanwhile (fenced,
         its lease ended during the revoke callback) or failed; the broker may have given
-        them to another member. The runtime then reports it interrupted, not installed."""
+        them to another member. Then ``action`` ends here, interrupted and not installed,
+        and the next ``poll()`` reports what the member kept as lost."""
         self.check_lease(now)
-        return self._reconciling is action and self._lost_reason is None and self.fatal is None
+        if self._reconciling is action and self._lost_reason is None and self.fatal is None:
+            return True
+        self.reconcile_interrupted(action, installed=False)
+        return False
 
     def reconciled(self, action: Reconcile, now: float) -> None:
         """The runtime ran ``action`` to the end: it holds ``action.owned_after``."""

@@ -378,9 +378,7 @@ class ConsumerProtocolRuntime:
                 await self._rebalance.run_calls((call,), errors)
                 with self._step() as core:
                     go_on = core.may_install(action, self._shared.now())
-                    if not go_on:  # lost meanwhile: the next poll() reports what is kept
-                        core.reconcile_interrupted(action, installed=False)
-                if not go_on:
+                if not go_on:  # lost meanwhile: the next poll() reports what is kept
                     return
             self.assignment = self.assignment | action.assigned
             installed = True

@@ -28,7 +28,6 @@ def test_a_member_whose_lease_ended_during_the_revoke_installs_nothing() -> None
     h, action = reconciling()
     h.at(h.now + 60_000)  # the revoke callback outlives the session (45 s): no answers
     assert not h.m.may_install(action, h.now)
-    h.m.reconcile_interrupted(action, installed=False)
     lost = h.m.poll_action(h.now)
     assert isinstance(lost, ReleaseLost) and lost.partitions == tp("t1", 0)
 
