@@ -33,6 +33,7 @@ from ._kip848_state import (
     ConsumerState,
     IdPartition,
 )
+from ._messages import TopicIds
 from ._messages_848 import LEAVE_EPOCH
 from ._signals import SignalFlags, Signals
 from ._state import Coordinator, Generation
@@ -83,6 +84,9 @@ class ConsumerMemberBase:
         self.coordinator: Coordinator | None = None
         self.owned: frozenset[IdPartition] = frozenset()
         self.names: dict[uuid.UUID, str] = {}
+        #: The topic id under which the member last held each partition, by name: what its
+        #: offsets go by (OffsetCommit and OffsetFetch v10, :meth:`offset_topic_ids`).
+        self._held_ids: dict[tuple[str, int], uuid.UUID] = {}
         #: The subscription: topic names, or a broker-side regex (then no names).
         self.topics: tuple[str, ...] = tuple(sorted(settings.topics))
         self.topic_regex: str | None = settings.topic_regex
@@ -299,6 +303,29 @@ class ConsumerMemberBase:
                 self.member_epoch = 0  # the leave goes on, without a leave heartbeat
                 return
             self._fence("lease expired", now)
+
+    def _remember_ids(self, partitions: Iterable[IdPartition]) -> None:
+        """The member holds (or starts installing) ``partitions``: their ids are the ones
+        its offsets of these partitions go by from now on."""
+        for p in partitions:
+            self._held_ids[(self.names[p.topic_id], p.partition)] = p.topic_id
+
+    def offset_topic_ids(self, partitions: Iterable[TopicPartition]) -> TopicIds:
+        """The topic ids to commit or fetch ``partitions`` by: for each, the id of the topic
+        the member holds, or last held, it under; empty (all by name) when one was never
+        held.
+
+        By id, a commit of a partition of a topic deleted since (and perhaps created again
+        under its name, with a new id) fails with UNKNOWN_TOPIC_ID instead of being stored
+        for the new topic's partition, which another member may own; a fetch does not
+        read the offsets of the deleted topic."""
+        ids: list[tuple[str, int, uuid.UUID]] = []
+        for tp in partitions:
+            topic_id = self._held_ids.get((tp.topic, tp.partition))
+            if topic_id is None:
+                return ()
+            ids.append((tp.topic, tp.partition, topic_id))
+        return tuple(ids)
 
     def held(self) -> frozenset[TopicPartition]:
         """By name: what the member owns, and what a running reconciliation installs."""

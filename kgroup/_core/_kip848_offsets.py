@@ -16,7 +16,12 @@ only the rules differ:
   FENCED_MEMBER_EPOCH, ILLEGAL_GENERATION and FENCED_INSTANCE_ID are CommitFailed (the
   heartbeat, not the commit, decides whether the member is fenced);
 - OffsetFetch v9+ carries the member id and epoch; STALE_MEMBER_EPOCH and UNKNOWN_MEMBER_ID
-  fail it without a retry.
+  fail it without a retry;
+- both name each topic by the id the member holds (or last held) its partitions under
+  (:meth:`~kgroup._core._kip848_base.ConsumerMemberBase.offset_topic_ids`), which
+  the wire layer sends as v10 when the broker has it (Kafka 4.2+): a commit for a topic
+  deleted since then is answered UNKNOWN_TOPIC_ID, and is CommitFailed without a retry,
+  instead of being stored, by name, for a new topic of the same name.
 
 Every other code is judged by the classic table (:mod:`kgroup._core._reactions`).
 """
@@ -33,7 +38,7 @@ from ._kip848_member import ConsumerProtocolMember
 from ._kip848_state import ConsumerState
 from ._member import MemberCore
 from ._messages import (
-    MEMBER_EPOCH_OFFSET_VERSION,
+    TOPIC_ID_OFFSET_VERSION,
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetFetchRequest,
@@ -81,9 +86,10 @@ def commit_request_848(
     *,
     retry: bool = False,
 ) -> OffsetCommitRequest | Done:
-    """The OffsetCommit to send now (v9, under the member epoch), or :class:`Done` when
-    there is nothing to commit. A member without an epoch raises :class:`CommitFailed`,
-    and so does a ``retry`` once the member gave up a partition of the commit."""
+    """The OffsetCommit to send now (v9+, under the member epoch, by topic id when the member
+    knows every one), or :class:`Done` when there is nothing to commit. A member without an
+    epoch raises :class:`CommitFailed`, and so does a ``retry`` once the member gave up a
+    partition of the commit."""
     parts = _normalise(offsets)
     if not parts:
         return Done()
@@ -100,7 +106,8 @@ def commit_request_848(
         member_id=core.member_id,
         group_instance_id=core.settings.instance_id,
         partitions=parts,
-        max_version=MEMBER_EPOCH_OFFSET_VERSION,
+        max_version=TOPIC_ID_OFFSET_VERSION,
+        topic_ids=core.offset_topic_ids(TopicPartition(p.topic, p.partition) for p in parts),
     )
 
 
@@ -118,7 +125,22 @@ def on_commit_response_848(
         return Fail(_commit_failed(core, ErrorCode.describe(first), sent))
     if first == E.REBALANCE_IN_PROGRESS:  # not a consumer-protocol answer: retry
         return Retry("REBALANCE_IN_PROGRESS")
+    if first == E.UNKNOWN_TOPIC_ID:
+        return Fail(_topic_gone(core, response))
     return on_commit_response(_as_classic(core), sent, response)
+
+
+def _topic_gone(core: ConsumerProtocolMember, response: OffsetCommitResponse) -> CommitFailed:
+    # DEVIATION (deviations.md row 25): Java retries UNKNOWN_TOPIC_ID until its timeout.
+    # The member names a partition by the topic id it was given it under, which the broker
+    # knew then: the topic was deleted since, and a retry cannot succeed; in a revoke
+    # callback it would only hold the revoke up until the commit's timeout.
+    gone = sorted(f"{t}-{p}" for t, p, code in response.results if code == E.UNKNOWN_TOPIC_ID)
+    return CommitFailed(
+        f"offset commit for group {core.settings.group_id!r} failed: UNKNOWN_TOPIC_ID for "
+        f"{', '.join(gone)}: the topic this member was given them under was deleted (a "
+        "topic of that name now, if any, is another one); these offsets were not stored"
+    )
 
 
 def _given_up(core: ConsumerProtocolMember, partitions: Iterable[TopicPartition]) -> list[str]:
@@ -151,11 +173,15 @@ def fetch_request_848(
     core: ConsumerProtocolMember, partitions: Iterable[TopicPartition]
 ) -> OffsetFetchRequest:
     """The OffsetFetch for ``partitions`` (the classic one), with the member id and epoch
-    when the member has one."""
+    when the member has one, and the topic ids of the partitions it holds or held."""
     request = fetch_request(_as_classic(core), partitions)
+    assert request.partitions is not None
+    topic_ids = core.offset_topic_ids(TopicPartition(t, p) for t, p in request.partitions)
     if core.member_epoch <= 0:
-        return request
-    return dataclasses.replace(request, member_id=core.member_id, member_epoch=core.member_epoch)
+        return dataclasses.replace(request, topic_ids=topic_ids)
+    return dataclasses.replace(
+        request, member_id=core.member_id, member_epoch=core.member_epoch, topic_ids=topic_ids
+    )
 
 
 def on_fetch_response_848(

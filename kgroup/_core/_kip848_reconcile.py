@@ -155,6 +155,7 @@ class PollDriver(ConsumerMemberBase):
             token=self._token,
         )
         self._reconciling = action
+        self._remember_ids(resolvable)
         self._reconcile_join = self._join_count
         self._emit(
             "member.reconciling",
@@ -203,6 +204,7 @@ class PollDriver(ConsumerMemberBase):
         # The revocation deadline stays until the broker has heard that the partitions are
         # gone (HeartbeatDriver._accept): a late or lost acknowledgement does not stop it.
         self.owned = owned
+        self._remember_ids(owned)
         self._signals.wake_heartbeat = True  # the lease may have moved
 
     # -- topic names -----------------------------------------------------------------------

@@ -9,11 +9,13 @@ a negotiated version cannot carry come back with their documented defaults (for 
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass, field
 
 __all__ = [
     "CLASSIC_COMMIT_MAX_VERSION",
     "MEMBER_EPOCH_OFFSET_VERSION",
+    "TOPIC_ID_OFFSET_VERSION",
     "CommitPartition",
     "DescribeGroupsRequest",
     "DescribeGroupsResponse",
@@ -39,6 +41,7 @@ __all__ = [
     "OffsetFetchResponse",
     "SyncGroupRequest",
     "SyncGroupResponse",
+    "TopicIds",
 ]
 
 
@@ -183,6 +186,15 @@ class CommitPartition:
 CLASSIC_COMMIT_MAX_VERSION = 8
 #: The first OffsetCommit and OffsetFetch version that carries a member epoch (KIP-848).
 MEMBER_EPOCH_OFFSET_VERSION = 9
+#: The first OffsetCommit and OffsetFetch version that names topics by id, not by name
+#: (Kafka 4.2); a request reaches it only when it gives every topic's id (``topic_ids``).
+TOPIC_ID_OFFSET_VERSION = 10
+
+#: The topic id of each partition, ``(topic, partition, topic id)``, for OffsetCommit and
+#: OffsetFetch from v10: the request names every topic by its id (two partitions of one
+#: name may have two ids, a topic's before and after it was deleted and created again), and
+#: the answer comes back by id, named again from this.
+TopicIds = tuple[tuple[str, int, uuid.UUID], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,7 +202,12 @@ class OffsetCommitRequest:
     """OffsetCommit (key 8) under a group generation (spec §4.6), or, from a KIP-848
     ``consumer`` member (§10.8), under its member epoch: ``generation_id`` then holds the
     epoch and ``max_version`` is :data:`MEMBER_EPOCH_OFFSET_VERSION`, which the commit then
-    also needs (UnsupportedVersion below it). ``max_version`` caps the version sent."""
+    also needs (UnsupportedVersion below it). ``max_version`` caps the version sent.
+
+    ``topic_ids`` gives the topic id of every partition of ``partitions`` (or is empty): the
+    commit then goes by topic id (v10) when the broker has it and ``max_version`` allows,
+    and by name otherwise. By id, a commit for a topic deleted since fails with UNKNOWN_TOPIC_ID
+    instead of being stored for a new topic of the same name."""
 
     group_id: str
     generation_id: int
@@ -198,6 +215,7 @@ class OffsetCommitRequest:
     group_instance_id: str | None
     partitions: tuple[CommitPartition, ...]
     max_version: int = CLASSIC_COMMIT_MAX_VERSION
+    topic_ids: TopicIds = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -218,13 +236,16 @@ class OffsetFetchRequest:
     """OffsetFetch (key 9) for some partitions of one group (spec §4.7); ``None``: every
     partition the group has committed offsets for (v2+). A KIP-848 ``consumer`` member sends
     its ``member_id`` and ``member_epoch`` (§10.8), which need v9; the defaults (no member,
-    epoch -1) are what a classic member or an admin sends, at any version."""
+    epoch -1) are what a classic member or an admin sends, at any version. ``topic_ids``
+    as for :class:`OffsetCommitRequest`: with the topic id of every partition asked for,
+    the fetch goes by topic id (v10) when the broker has it."""
 
     group_id: str
     partitions: tuple[tuple[str, int], ...] | None
     require_stable: bool = True
     member_id: str | None = None
     member_epoch: int = -1
+    topic_ids: TopicIds = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

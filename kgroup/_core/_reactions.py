@@ -158,6 +158,10 @@ REACTIONS: Mapping[Api, Mapping[int, Row]] = {
         _E.GROUP_AUTHORIZATION_FAILED: Row(_R.UNAUTHORIZED),
         _E.COORDINATOR_LOAD_IN_PROGRESS: Row(_R.RETRY_BACKOFF),
         _E.UNKNOWN_TOPIC_OR_PARTITION: Row(_R.RETRY_BACKOFF),
+        # v10, by topic id (consumer protocol only, which words its own error): the topic
+        # was deleted since the member was given it. Not retried (Java retries until its
+        # timeout; deviations.md row 25).
+        _E.UNKNOWN_TOPIC_ID: Row(_R.FAIL),
         _E.COORDINATOR_NOT_AVAILABLE: Row(_R.COORDINATOR_MOVED),
         _E.NOT_COORDINATOR: Row(_R.COORDINATOR_MOVED),
         _E.REQUEST_TIMED_OUT: Row(_R.COORDINATOR_MOVED),
@@ -185,6 +189,8 @@ REACTIONS: Mapping[Api, Mapping[int, Row]] = {
         _E.NONE: Row(_R.OK),
         _E.UNSTABLE_OFFSET_COMMIT: Row(_R.RETRY_BACKOFF),
         _E.UNKNOWN_TOPIC_OR_PARTITION: Row(_R.FAIL),
+        # v10, by topic id: as UNKNOWN_TOPIC_OR_PARTITION (the topic was deleted).
+        _E.UNKNOWN_TOPIC_ID: Row(_R.FAIL),
     },
 }
 

@@ -2,9 +2,11 @@
 
 ``to_wire(request)`` gives an aiokafka ``Request`` builder for ``AIOKafkaConnection.send``;
 its ``prepare`` negotiates the highest version both sides support. ``from_wire(response)``
-turns the decoded struct back into a ``kgroup._core._messages`` response value. The structs
-for every version kgroup speaks (FindCoordinator v1-v6, JoinGroup v2-v9, SyncGroup v0-v5,
-Heartbeat v0-v4, LeaveGroup v0-v5) are defined in ``_schemas`` from Kafka's JSON schemas.
+turns the decoded struct back into a ``kgroup._core._messages`` response value; an answer
+that names topics by id (OffsetCommit and OffsetFetch v10) is named again from the request's
+``topic_names(request)``. The structs for every version kgroup speaks (FindCoordinator v1-v6,
+JoinGroup v2-v9, SyncGroup v0-v5, Heartbeat v0-v4, LeaveGroup v0-v5, OffsetCommit v2-v10,
+OffsetFetch v1-v10) are defined in ``_schemas`` from Kafka's JSON schemas.
 """
 
 from kgroup._protocol._requests import (
@@ -14,6 +16,7 @@ from kgroup._protocol._requests import (
     WireRequest,
     choose_version,
     to_wire,
+    topic_names,
 )
 from kgroup._protocol._responses import GroupResponse, from_wire
 from kgroup._protocol._versions import API_NAMES, SUPPORTED_VERSIONS
@@ -29,4 +32,5 @@ __all__ = [
     "choose_version",
     "from_wire",
     "to_wire",
+    "topic_names",
 ]

@@ -25,13 +25,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import uuid
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
 from aiokafka.protocol.api import Request, RequestStruct
 
 from kgroup._core._messages import (
     MEMBER_EPOCH_OFFSET_VERSION,
+    TOPIC_ID_OFFSET_VERSION,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
     HeartbeatRequest,
@@ -41,6 +43,7 @@ from kgroup._core._messages import (
     OffsetCommitRequest,
     OffsetFetchRequest,
     SyncGroupRequest,
+    TopicIds,
 )
 from kgroup._core._messages_848 import ConsumerGroupHeartbeatRequest
 from kgroup._core._messages_configs import DescribeConfigsRequest
@@ -58,6 +61,7 @@ __all__ = [
     "WireRequest",
     "choose_version",
     "to_wire",
+    "topic_names",
 ]
 
 GroupRequest: TypeAlias = (
@@ -222,6 +226,41 @@ def _fill(schema: Any, fields: Mapping[str, Any], label: str) -> list[Any]:
     return row
 
 
+def _topics(
+    partitions: Sequence[tuple[str, int]], topic_ids: TopicIds
+) -> tuple[list[tuple[str, uuid.UUID | None, list[int]]], bool]:
+    """``partitions`` grouped into the topics of an OffsetCommit or OffsetFetch request:
+    ``(name, topic id, partitions)`` each, and whether they go by id. They do when
+    ``topic_ids`` has every partition's id (two of one name may have two); otherwise by
+    name (ids None), as Java's ``forTopicNames`` builders send them."""
+    ids = {(topic, partition): topic_id for topic, partition, topic_id in topic_ids}
+    by_id = bool(partitions) and all(key in ids for key in partitions)
+    grouped: dict[tuple[str, uuid.UUID | None], list[int]] = {}
+    for topic, partition in partitions:
+        key = (topic, ids[(topic, partition)] if by_id else None)
+        grouped.setdefault(key, []).append(partition)
+    return [(topic, topic_id, parts) for (topic, topic_id), parts in grouped.items()], by_id
+
+
+def _by_name_cap(cap: int | None, by_id: bool) -> int | None:
+    """``cap``, lowered below the first by-id version for a request that goes by name."""
+    if by_id:
+        return cap
+    by_name = TOPIC_ID_OFFSET_VERSION - 1
+    return by_name if cap is None else min(cap, by_name)
+
+
+def topic_names(request: object) -> dict[uuid.UUID, str] | None:
+    """Topic names by id for reading the answer to ``request`` when it may go by topic id
+    (OffsetCommit and OffsetFetch v10), else None."""
+    match request:
+        case OffsetCommitRequest() if request.topic_ids:
+            return {topic_id: name for name, _, topic_id in request.topic_ids}
+        case OffsetFetchRequest() if request.topic_ids and request.partitions is not None:
+            return {topic_id: name for name, _, topic_id in request.topic_ids}
+    return None
+
+
 def _truncate_reason(reason: str | None) -> str | None:
     return None if reason is None else reason[:MAX_REASON_LENGTH]
 
@@ -310,6 +349,8 @@ def to_wire(request: GroupRequest) -> WireRequest:
             )
         case OffsetCommitRequest():
             epoch_commit = request.max_version >= MEMBER_EPOCH_OFFSET_VERSION
+            committed = {(p.topic, p.partition): p for p in request.partitions}
+            commit_topics, commit_by_id = _topics(list(committed), request.topic_ids)
             return _with_instance_id(
                 8,
                 request.group_instance_id,
@@ -322,6 +363,7 @@ def to_wire(request: GroupRequest) -> WireRequest:
                     "topics": [
                         {
                             "name": topic,
+                            "topic_id": topic_id,
                             "partitions": [
                                 {
                                     "partition_index": p.partition,
@@ -329,16 +371,16 @@ def to_wire(request: GroupRequest) -> WireRequest:
                                     "committed_leader_epoch": p.leader_epoch,
                                     "committed_metadata": p.metadata,
                                 }
-                                for p in request.partitions
-                                if p.topic == topic
+                                for p in (committed[(topic, i)] for i in parts)
                             ],
                         }
-                        for topic in dict.fromkeys(p.topic for p in request.partitions)
+                        for topic, topic_id, parts in commit_topics
                     ],
                 },
                 group_id=request.group_id,
                 member_id=request.member_id,
-                max_version=request.max_version,
+                # v10 names topics only by id: without every topic's id, v9 is the newest.
+                max_version=_by_name_cap(request.max_version, commit_by_id),
                 # A member epoch only means one from v9; below, the broker would read it as
                 # a generation and reject a consumer-protocol member with UNSUPPORTED_VERSION.
                 min_version=MEMBER_EPOCH_OFFSET_VERSION if epoch_commit else 0,
@@ -346,12 +388,13 @@ def to_wire(request: GroupRequest) -> WireRequest:
             )
         case OffsetFetchRequest():
             wanted = request.partitions
+            fetch_topics, fetch_by_id = _topics(wanted or [], request.topic_ids)
             topics = (
                 None
                 if wanted is None
                 else [
-                    {"name": topic, "partition_indexes": [p for t, p in wanted if t == topic]}
-                    for topic in dict.fromkeys(t for t, _ in wanted)
+                    {"name": topic, "topic_id": topic_id, "partition_indexes": parts}
+                    for topic, topic_id, parts in fetch_topics
                 ]
             )
             as_member = request.member_id is not None or request.member_epoch != -1
@@ -372,6 +415,9 @@ def to_wire(request: GroupRequest) -> WireRequest:
                 },
                 group_id=request.group_id,
                 member_id=request.member_id or "",
+                # v10 names topics only by id (and answers "all partitions" by id too, which
+                # kgroup could not name): without every topic's id, v9 is the newest.
+                max_version=_by_name_cap(None, fetch_by_id),
                 # a member id and epoch need v9; "all partitions" (null topics) needs v2
                 min_version=(
                     MEMBER_EPOCH_OFFSET_VERSION if as_member else 2 if wanted is None else 0

@@ -9,12 +9,14 @@ version-free response value, filling the fields its version cannot carry with th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from typing import Final, TypeAlias
 
 from aiokafka.protocol.api import Response
 
 from kgroup._core._messages import (
+    TOPIC_ID_OFFSET_VERSION,
     DescribedGroup,
     DescribedMember,
     DescribeGroupsResponse,
@@ -65,30 +67,39 @@ GroupResponse: TypeAlias = (
 
 _MAX_PORT: Final = 65535
 
+#: Topic names by topic id, from the request, for answers that name topics by id.
+Names = Mapping[uuid.UUID, str]
 
-def from_wire(response: Response) -> GroupResponse:
+
+def from_wire(response: Response, topic_names: Names | None = None) -> GroupResponse:
     """The response value for a decoded response struct of one of kgroup's APIs.
 
-    Raises ``RemoteProtocolError`` naming the API and the problem when the struct is not one
-    of them or does not follow its version's schema.
+    ``topic_names`` names the topic ids of an answer that names topics by id (OffsetCommit
+    and OffsetFetch v10): the request's (``kgroup._protocol.topic_names``). Raises
+    ``RemoteProtocolError`` naming the API and the problem when the struct is not one of
+    them, does not follow its version's schema, or names a topic id the request did not.
     """
     api_key = getattr(response, "API_KEY", None)
     version = getattr(response, "API_VERSION", None)
-    if not isinstance(api_key, int) or not isinstance(version, int) or api_key not in _DECODERS:
+    known = api_key in _DECODERS or api_key in _BY_TOPIC_ID
+    if not isinstance(api_key, int) or not isinstance(version, int) or not known:
         raise RemoteProtocolError(
             f"unexpected response struct {type(response).__name__} "
             f"(API key {api_key!r}, version {version!r}): not a kgroup group API"
         )
     label = api_label(api_key, version)
+    names = topic_names or {}
     try:
-        return _decode(api_key, version, Fields.of_struct(label, response))
+        return _decode(api_key, version, Fields.of_struct(label, response), names)
     except RemoteProtocolError as strict_error:
         # Some brokers (librdkafka's mock cluster, seen here) fill the other fields of an
         # error answer with nulls the schema forbids. The error code is what matters then:
         # losing it (say GROUP_AUTHORIZATION_FAILED) to a decode error would retry forever.
         # A success answer must still be well formed.
         try:
-            lenient = _decode(api_key, version, Fields.of_struct(label, response, lenient=True))
+            lenient = _decode(
+                api_key, version, Fields.of_struct(label, response, lenient=True), names
+            )
         except RemoteProtocolError:
             raise strict_error from None
         if _error_code(lenient) == 0:
@@ -96,8 +107,11 @@ def from_wire(response: Response) -> GroupResponse:
         return lenient
 
 
-def _decode(api_key: int, version: int, fields: Fields) -> GroupResponse:
+def _decode(api_key: int, version: int, fields: Fields, names: Names) -> GroupResponse:
     try:
+        by_id = _BY_TOPIC_ID.get(api_key)
+        if by_id is not None:
+            return by_id(fields, version, names)
         return _DECODERS[api_key](fields, version)
     except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
         # A struct whose SCHEMA itself is broken; the getters catch everything else.
@@ -212,10 +226,26 @@ def _leave_group(fields: Fields, version: int) -> LeaveGroupResponse:
     )
 
 
-def _offset_commit(fields: Fields, version: int) -> OffsetCommitResponse:
+def _topic_name(topic: Fields, version: int, names: Names) -> str:
+    """A topic's name in an OffsetCommit or OffsetFetch answer: as sent up to v9; from v10,
+    the name of the id it carries, which the request must have named."""
+    if version < TOPIC_ID_OFFSET_VERSION:
+        return topic.get_str("name")
+    topic_id = topic.get_uuid("topic_id")
+    name = names.get(topic_id)
+    if name is None:
+        raise topic.error(f"topic id {topic_id} was not in the request")
+    return name
+
+
+def _offset_commit(fields: Fields, version: int, names: Names) -> OffsetCommitResponse:
     return OffsetCommitResponse(
         results=tuple(
-            (topic.get_str("name"), part.get_int("partition_index"), part.get_int("error_code"))
+            (
+                _topic_name(topic, version, names),
+                part.get_int("partition_index"),
+                part.get_int("error_code"),
+            )
             for topic in fields.get_array("topics")
             for part in topic.get_array("partitions")
         ),
@@ -223,10 +253,10 @@ def _offset_commit(fields: Fields, version: int) -> OffsetCommitResponse:
     )
 
 
-def _fetched_topics(topics: list[Fields], version: int) -> tuple[FetchedOffset, ...]:
+def _fetched_topics(topics: list[Fields], version: int, names: Names) -> tuple[FetchedOffset, ...]:
     return tuple(
         FetchedOffset(
-            topic=topic.get_str("name"),
+            topic=_topic_name(topic, version, names),
             partition=part.get_int("partition_index"),
             offset=part.get_int("committed_offset"),
             leader_epoch=part.get_int("committed_leader_epoch") if version >= 5 else -1,
@@ -238,7 +268,7 @@ def _fetched_topics(topics: list[Fields], version: int) -> tuple[FetchedOffset, 
     )
 
 
-def _offset_fetch(fields: Fields, version: int) -> OffsetFetchResponse:
+def _offset_fetch(fields: Fields, version: int, names: Names) -> OffsetFetchResponse:
     """v8 answers per group: kgroup asks for one group, so exactly one entry must come back."""
     if version >= 8:
         groups = fields.get_array("groups")
@@ -247,12 +277,12 @@ def _offset_fetch(fields: Fields, version: int) -> OffsetFetchResponse:
         group = groups[0]
         return OffsetFetchResponse(
             error_code=group.get_int("error_code"),
-            partitions=_fetched_topics(group.get_array("topics"), version),
+            partitions=_fetched_topics(group.get_array("topics"), version, names),
             throttle_time_ms=fields.get_int("throttle_time_ms"),
         )
     return OffsetFetchResponse(
         error_code=fields.get_int("error_code") if version >= 2 else 0,
-        partitions=_fetched_topics(fields.get_array("topics"), version),
+        partitions=_fetched_topics(fields.get_array("topics"), version, names),
         throttle_time_ms=_throttle(fields, version, 3),
     )
 
@@ -302,10 +332,14 @@ def _list_groups(fields: Fields, version: int) -> ListGroupsResponse:
     )
 
 
-_DECODERS: Final[dict[int, Callable[[Fields, int], GroupResponse]]] = {
-    3: metadata,
+#: The answers that may name topics by id (v10), read with the request's names.
+_BY_TOPIC_ID: Final[dict[int, Callable[[Fields, int, Names], GroupResponse]]] = {
     8: _offset_commit,
     9: _offset_fetch,
+}
+
+_DECODERS: Final[dict[int, Callable[[Fields, int], GroupResponse]]] = {
+    3: metadata,
     10: _find_coordinator,
     11: _join_group,
     12: _heartbeat,

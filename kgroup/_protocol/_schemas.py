@@ -40,6 +40,7 @@ from kgroup._protocol._primitives import (
     Int16,
     Int32,
     Int64,
+    Uuid,
     between,
     since,
     until,
@@ -228,10 +229,18 @@ def _sync_group_response(v: int) -> Any:
     )
 
 
+def _topic_key(v: int, f: Format) -> tuple[tuple[str, Any], ...]:
+    """A topic's key in OffsetCommit and OffsetFetch: its name up to v9, its id from v10
+    (JSON ``Name`` ``"0-9"``, ``TopicId`` ``"10+"``)."""
+    return (("topic_id", Uuid),) if v >= 10 else (("name", f.string),)
+
+
 # OffsetCommit (8). v1 adds the generation, member id and a per-partition commit timestamp
 # (v1 only); v2-v4 carry retention_time_ms; v3 adds the response throttle time; v6 the
 # committed leader epoch; v7 group_instance_id (KIP-345); v8 is flexible; v9 (KIP-848) has
-# v8's layout, generation_id_or_member_epoch carrying a consumer-protocol member's epoch.
+# v8's layout, generation_id_or_member_epoch carrying a consumer-protocol member's epoch;
+# v10 (Kafka 4.2) names each topic by its id instead of its name, in the request and the
+# response alike.
 
 
 def _offset_commit_request(v: int) -> Any:
@@ -245,7 +254,7 @@ def _offset_commit_request(v: int) -> Any:
         (
             "topics",
             f.array(
-                ("name", f.string),
+                *_topic_key(v, f),
                 (
                     "partitions",
                     f.array(
@@ -267,7 +276,7 @@ def _offset_commit_response(v: int) -> Any:
         (
             "topics",
             f.array(
-                ("name", f.string),
+                *_topic_key(v, f),
                 ("partitions", f.array(("partition_index", Int32), ("error_code", Int16))),
             ),
         ),
@@ -277,12 +286,16 @@ def _offset_commit_response(v: int) -> Any:
 # OffsetFetch (9). v2 allows null topics (all) and adds a group-level error code; v3 the
 # throttle time; v5 the committed leader epoch; v6 is flexible; v7 adds require_stable
 # (KIP-447); v8 batches groups (KIP-709); v9 adds groups[].member_id (nullable) and
-# member_epoch (KIP-848), the response staying v8's.
+# member_epoch (KIP-848), the response staying v8's; v10 (Kafka 4.2) names each topic by its
+# id instead of its name, in the request and the response alike.
 
 
 def _offset_fetch_request(v: int) -> Any:
     f = Format(flexible=v >= 6)
-    topics = ("topics", f.array(("name", f.string), ("partition_indexes", f.array_of(Int32))))
+    topics = (
+        "topics",
+        f.array(*_topic_key(v, f), ("partition_indexes", f.array_of(Int32))),
+    )
     if v >= 8:
         member = since(v, 9, ("member_id", f.string), ("member_epoch", Int32))
         return f.struct(
@@ -297,7 +310,7 @@ def _offset_fetch_response(v: int) -> Any:
     topics = (
         "topics",
         f.array(
-            ("name", f.string),
+            *_topic_key(v, f),
             (
                 "partitions",
                 f.array(

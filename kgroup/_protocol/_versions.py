@@ -36,17 +36,18 @@ API_NAMES: Final[dict[int, str]] = {
 #: time) are left out: Kafka 4.0 removed them (KIP-896) and every broker since 2.0 has more.
 #: FindCoordinator v5 and v6 have the v4 layout: they only add error codes and key types that
 #: a group lookup never meets, so the newest broker gets the newest version.
-#: OffsetCommit starts at v2 and OffsetFetch at v1 (spec §4.8); both stop at v9, the KIP-848
-#: versions (a member epoch and member id), before v10 (topic ids instead of names, Kafka
-#: 4.2). A classic member's commit is capped at v8 by its request value
+#: OffsetCommit starts at v2 and OffsetFetch at v1 (spec §4.8); both go up to v10 (topic ids
+#: instead of names, Kafka 4.2), which only a consumer-protocol member's request that names
+#: every topic's id reaches (``OffsetCommitRequest.topic_ids``); v9 is the KIP-848 version
+#: (a member epoch and member id). A classic member's commit is capped at v8 by its request value
 #: (``OffsetCommitRequest.max_version``): v9 answers a commit to a group the coordinator no
 #: longer has with GROUP_ID_NOT_FOUND where v8 answers ILLEGAL_GENERATION
 #: (``OffsetMetadataManager.validateOffsetCommit``, Kafka 4.4.0). OffsetFetch v9 with no
 #: member id and epoch -1 is what the broker makes of a v8 request, so every fetch uses it.
 #: ListGroups v5 (KIP-848) names each group's type (classic, consumer, share, streams).
 SUPPORTED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
-    8: (2, 9),
-    9: (1, 9),
+    8: (2, 10),
+    9: (1, 10),
     10: (1, 6),
     11: (2, 9),
     12: (0, 4),

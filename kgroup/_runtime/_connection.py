@@ -27,6 +27,7 @@ import itertools
 import logging
 import random
 import ssl
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
@@ -71,7 +72,7 @@ class _Prepared:
 class Pending:
     """A request written to a connection, waiting for its answer (see ``finish``)."""
 
-    __slots__ = ("answer", "decode", "label", "timeout_ms")
+    __slots__ = ("answer", "decode", "label", "timeout_ms", "topic_names")
 
     def __init__(
         self, answer: asyncio.Future[Any], label: str, timeout_ms: float, decode: bool
@@ -80,6 +81,8 @@ class Pending:
         self.label = label
         self.timeout_ms = timeout_ms
         self.decode = decode
+        #: The request's topic names by id, for an answer that names topics by id.
+        self.topic_names: dict[uuid.UUID, str] | None = None
 
 
 class _RedactSaslTokens(logging.Filter):
@@ -232,7 +235,9 @@ class BrokerConnection:
             request, body = direct
             return self._write(request, timeout_ms, decode=True, body=body)
         struct = _protocol.to_wire(message).prepare(versions)
-        return self._write(struct, timeout_ms, decode=True)
+        pending = self._write(struct, timeout_ms, decode=True)
+        pending.topic_names = _protocol.topic_names(message)
+        return pending
 
     async def finish(self, pending: Pending) -> Any:
         """The answer to a request :meth:`start` wrote, decoded. Raises CoordinatorError on
@@ -284,7 +289,7 @@ class BrokerConnection:
             value: Any = response
         else:
             try:
-                value = _protocol.from_wire(response)
+                value = _protocol.from_wire(response, pending.topic_names)
             except RemoteProtocolError as exc:
                 text = f"{exc} (from {self.where}); connection closed"
                 log_protocol_error(self.where, pending.label, text)

@@ -161,6 +161,8 @@ async def commit_offsets(
                     group=request.group_id,
                     generation=sent.generation_id,
                     partitions=len(request.partitions),
+                    # every partition named by its topic id: v10 where the broker has it
+                    by_topic_id=bool(request.topic_ids),
                 )
                 return
             case Fail(error=error):

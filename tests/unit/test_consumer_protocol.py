@@ -41,7 +41,7 @@ from kgroup._core._messages import (
 )
 from kgroup._errors import LocalProtocolError, RemoteProtocolError
 from kgroup._protocol import API_NAMES, SUPPORTED_VERSIONS, from_wire
-from kgroup._protocol._primitives import parse_response_header
+from kgroup._protocol._primitives import Uuid, parse_response_header
 from kgroup._protocol._schemas import REQUEST_STRUCTS
 from kgroup._protocol._versions import FLEXIBLE_FROM
 
@@ -613,6 +613,8 @@ def _field_values(kind: object) -> st.SearchStrategy[object]:
         return st.just({})  # aiokafka can only encode an empty tagged-field section
     if issubclass(kind, _Boolean):
         return st.booleans()
+    if issubclass(kind, Uuid):  # OffsetCommit and OffsetFetch v10 name topics by id
+        return st.uuids()
     bits = {_Int8: 8, _Int16: 16, _Int32: 32, _Int64: 64}
     for base, width in bits.items():
         if issubclass(kind, base):
