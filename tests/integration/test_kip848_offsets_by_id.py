@@ -28,6 +28,7 @@ from kgroup.testing.messages import (
     ConsumerGroupHeartbeatResponse,
     FindCoordinatorRequest,
     MetadataRequest,
+    MetadataResponse,
     OffsetCommitRequest,
     OffsetFetchRequest,
 )
@@ -53,9 +54,9 @@ async def _topic_id(
 ) -> uuid.UUID:
     """The topic's id once Metadata names one (other than ``not_this``)."""
     for _ in range(200):
-        md = await conn.request(MetadataRequest(topics=(topic,)), 10_000)
+        md: MetadataResponse = await conn.request(MetadataRequest(topics=(topic,)), 10_000)
         found = md.topics[0]
-        if found.error_code == 0 and found.topic_id not in (None, not_this, uuid.UUID(int=0)):
+        if found.error_code == 0 and found.topic_id not in (not_this, uuid.UUID(int=0)):
             return found.topic_id
         await asyncio.sleep(0.1)
     raise AssertionError(f"no new topic id for {topic}")

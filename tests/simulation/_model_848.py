@@ -92,6 +92,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
+from kgroup._core._consumer_protocol import TopicPartition
 from kgroup._core._kip848_state import IdPartition
 from kgroup._errors import ErrorCode
 from kgroup.testing.messages import (
@@ -629,41 +630,65 @@ class ConsumerGroupModel:
         ordered = sorted(parts, key=lambda p: (str(p.topic_id), p.partition))
         return "[" + ",".join(f"{name(p)}-{p.partition}" for p in ordered) + "]"
 
-    # -- OffsetCommit (v9) -----------------------------------------------------------------
+    # -- OffsetCommit (v9, v10) ------------------------------------------------------------
 
-    def commit(self, req: OffsetCommitRequest) -> tuple[OffsetCommitResponse, Member848 | None]:
-        """``ConsumerGroup.validateOffsetCommit`` (Kafka 4.3+, KIP-1251): under the member's
+    def commit(
+        self, req: OffsetCommitRequest
+    ) -> tuple[OffsetCommitResponse, dict[TopicPartition, uuid.UUID | None]]:
+        """``KafkaApis.handleOffsetCommitRequest`` then ``ConsumerGroup.validateOffsetCommit``
+        (Kafka 4.3+, KIP-1251).
+
+        By topic id (v10, ``req.topic_ids``), a partition whose id is no topic's now (its
+        topic was deleted) is answered UNKNOWN_TOPIC_ID, and the rest goes on; by name, the
+        topic's current id is what the offset is stored under. Then, under the member's
         current epoch a commit is taken whatever it holds; a newer epoch is
         STALE_MEMBER_EPOCH; an older one only for partitions it holds (assigned or pending
         revocation) since that epoch or earlier, else STALE_MEMBER_EPOCH. One failing
-        partition fails the whole request. Returns the answer and, when it is taken, the
-        member it is taken from (offsets are not stored: nothing here reads them)."""
+        partition fails what goes on. Returns the answer and what was taken, each
+        partition with its topic id (offsets are not stored: nothing here reads them)."""
         if req.group_id != self.group_id:
             raise ModelError(f"OffsetCommit for group {req.group_id!r}")
-        ids = self.config.ids()
+        current = self.config.ids()
+        by_id = {(t, p): tid for t, p, tid in req.topic_ids}
+        if req.topic_ids and len(by_id) != len(req.partitions):
+            raise ModelError(f"OffsetCommit v10 without every partition's topic id: {req!r}")
+        gone = set(by_id.values()) - set(current.values())
+        ids = {
+            (p.topic, p.partition): by_id[(p.topic, p.partition)] if by_id else current.get(p.topic)
+            for p in req.partitions
+        }
+        going_on = [p for p in req.partitions if ids[(p.topic, p.partition)] not in gone]
 
         def answer(code: int) -> OffsetCommitResponse:
             return OffsetCommitResponse(
-                results=tuple((p.topic, p.partition, code) for p in req.partitions)
+                results=tuple(
+                    (p.topic, p.partition, code if p in going_on else E.UNKNOWN_TOPIC_ID)
+                    for p in req.partitions
+                )
             )
 
+        if not going_on:
+            return answer(E.NONE), {}
         if not self.exists:
-            return answer(E.GROUP_ID_NOT_FOUND), None
+            return answer(E.GROUP_ID_NOT_FOUND), {}
         member = self.members.get(req.member_id)
         if member is None:
-            return answer(E.UNKNOWN_MEMBER_ID), None
+            return answer(E.UNKNOWN_MEMBER_ID), {}
         epoch = req.generation_id
         if epoch > member.epoch:
-            return answer(E.STALE_MEMBER_EPOCH), None
+            return answer(E.STALE_MEMBER_EPOCH), {}
         if epoch < member.epoch:
-            for part in req.partitions:
-                tid = ids.get(part.topic)
+            for part in going_on:
+                tid = ids[(part.topic, part.partition)]
                 since = (
                     None if tid is None else member.assignment_epochs.get(P(tid, part.partition))
                 )
                 if since is None or epoch < since:
-                    return answer(E.STALE_MEMBER_EPOCH), None
-        return answer(E.NONE), member
+                    return answer(E.STALE_MEMBER_EPOCH), {}
+        taken = {
+            TopicPartition(p.topic, p.partition): ids[(p.topic, p.partition)] for p in going_on
+        }
+        return answer(E.NONE), taken
 
     # -- regexes ---------------------------------------------------------------------------
 

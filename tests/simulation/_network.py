@@ -7,6 +7,7 @@ holes). :class:`~._world.World` owns one of each.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import deque
 from collections.abc import Callable
@@ -279,9 +280,13 @@ class Cluster:
         client = conn.proc.slot
         if isinstance(group, ConsumerGroupModel):
             if kind is OffsetCommitRequest:
-                answer, member = world.guard_model(group.commit, msg)
-                if member is not None:
-                    world.commit_taken(conn.proc, msg, group.config.ids())
+                if world.offsets_by_name:  # no v10: the wire layer sends v9, by name
+                    msg = dataclasses.replace(msg, topic_ids=())
+                answer, taken = world.guard_model(group.commit, msg)
+                if any(code == E.UNKNOWN_TOPIC_ID for _, _, code in answer.results):
+                    world.count_event("commit_unknown_topic_id")
+                if taken:
+                    world.commit_taken(conn.proc, msg, taken)
                 reply(answer)
                 return
             if kind is not ConsumerGroupHeartbeatRequest:

@@ -67,6 +67,7 @@ from ._sched import Scheduler
 from ._world848 import (
     INJECTED_848,
     deterministic_member_ids,
+    plan_offsets_version,
     plan_topic_creation,
     plan_topic_deletion,
     plan_topic_growth,
@@ -477,6 +478,9 @@ class World:
         self.commits: list[tuple[str, TopicPartition, uuid.UUID | None, float]] = []
         #: ... of which by name onto a topic created again (see :meth:`commit_taken`).
         self.commits_by_name = 0
+        #: The broker lacks OffsetCommit v10 (Kafka 4.0 and 4.1): commits go by name
+        #: (``offsets_by_name``), drawn for a consumer-protocol schedule.
+        self.offsets_by_name = False
         self.net = Network(self)
         self.cluster = Cluster(self, params.nodes)
         self.slots: dict[str, Process | None] = {}
@@ -506,20 +510,23 @@ class World:
         self.quiet_at = max(self.quiet_at, until)
 
     def commit_taken(
-        self, proc: Process, msg: OffsetCommitRequest, ids: Mapping[str, uuid.UUID]
+        self,
+        proc: Process,
+        msg: OffsetCommitRequest,
+        taken: Mapping[TopicPartition, uuid.UUID | None],
     ) -> None:
-        """The coordinator took ``msg`` from ``proc`` (its partitions named by topic; v9
-        commits by name, which Kafka maps to the topic's current id).
+        """The coordinator took ``taken`` of ``msg`` from ``proc``: each partition with the
+        topic id it was stored under (by id at v10; by name, the topic's current id).
 
         A member that holds (or last held) a partition of a topic deleted and created
-        again since commits it by name (OffsetCommit v9 has no topic ids; kgroup sends v9)
-        before it has heard of the new topic, and Kafka stores it for the new topic's
-        partition of that name, which another member may hold: no client on v9 can tell.
-        Such commits are counted (``commit_by_name_onto_a_new_topic``, limitations.md), not
-        checked."""
-        for part in msg.partitions:
-            tp = TopicPartition(part.topic, part.partition)
-            tid = ids.get(part.topic)
+        again since, and commits it by name (OffsetCommit v9, on a broker without v10, or
+        when a partition of the commit was never held) before it has heard of the new
+        topic, has it stored for the new topic's partition of that name, which another
+        member may hold: no client on v9 can tell. Such commits are counted
+        (``commit_by_name_onto_a_new_topic``, limitations.md), not checked against the
+        holds; by id (v10) there must be none (:meth:`commits_by_name_unexpected`), and
+        one stored for another id than the member held the partition under counts too."""
+        for tp, tid in taken.items():
             mine = self.ownership.last_hold(proc.holder, tp)
             if mine is not None and mine.topic_id is not None and mine.topic_id != tid:
                 self.commits_by_name += 1
@@ -527,6 +534,14 @@ class World:
                 continue
             self.commits.append((proc.holder, tp, tid, self.now))
         self.count_event("commit_taken")
+
+    def commits_by_name_unexpected(self) -> str | None:
+        """By id (the broker has OffsetCommit v10), no commit of a partition held under
+        a topic's old id may be stored for the new topic: kgroup names every partition by
+        the id it was held under."""
+        if self.offsets_by_name or not self.commits_by_name:
+            return None
+        return f"{self.commits_by_name} commit(s) by name onto a new topic on a v10 broker"
 
     def commits_of_others(self) -> list[str]:
         """Commits the coordinator took for a partition while another member held it (the
@@ -835,6 +850,7 @@ def _run_world(world: World, seed: int) -> Result:
         plan_topic_deletion(world, seed, fault_start, fault_end)
         plan_topic_creation(world, seed, fault_start, fault_end)
         plan_topic_recreation(world, seed, fault_start, fault_end)
+        plan_offsets_version(world, seed)
 
     bound = params.stable_bound_ms
     settle = 2 * params.session_ms + params.max_poll_ms
@@ -878,6 +894,8 @@ def _run_world(world: World, seed: int) -> Result:
         world.fail(SimulationFailure("simulator", "".join(traceback.format_exception(exc)).strip()))
     if world.failure is None and (others := world.commits_of_others()):
         world.fail(SimulationFailure("ownership", f"{len(others)} commit(s): {others[0]}"))
+    if world.failure is None and (by_name := world.commits_by_name_unexpected()):
+        world.fail(SimulationFailure("ownership", by_name))
     if world.failure is None and world.ownership.name_clashes:
         clashes = world.ownership.name_clashes
         world.fail(SimulationFailure("ownership", f"{len(clashes)} name clash(es): {clashes[0]}"))

@@ -58,6 +58,7 @@ __all__ = [
     "deterministic_member_ids",
     "error_response_848",
     "metadata_response",
+    "plan_offsets_version",
     "plan_topic_creation",
     "plan_topic_deletion",
     "plan_topic_growth",
@@ -272,6 +273,21 @@ def delete_topic(world: World, topic: str) -> None:
 #: How likely a consumer-protocol schedule deletes its first topic in the fault window and
 #: creates it again under its name.
 RECREATION_PROBABILITY = 0.2
+
+
+#: The share of consumer-protocol schedules whose broker lacks OffsetCommit v10 (Kafka 4.0
+#: and 4.1): kgroup's commits then go by name (the wire layer's fallback, modelled in
+#: ``_network``).
+OFFSETS_BY_NAME_PROBABILITY = 0.25
+
+
+def plan_offsets_version(world: World, seed: int) -> None:
+    """Whether the broker has OffsetCommit v10 (by topic id): with
+    :data:`OFFSETS_BY_NAME_PROBABILITY` it has not. A stream of its own."""
+    rng = random.Random(f"kgroup-sim-offsets-version-{seed}")
+    world.offsets_by_name = rng.random() < OFFSETS_BY_NAME_PROBABILITY
+    if world.offsets_by_name:
+        world.count_event("offsets_by_name")
 
 
 def plan_topic_recreation(world: World, seed: int, start: float, end: float) -> None:

@@ -39,7 +39,10 @@ Every schedule checks five invariants (the consumer protocol: 1 to 4):
    two are told apart by the id behind the name (``Hold.topic_id``), and a member given a
    partition under a name it still holds for the other id fails the schedule. Nor does
    the consumer-protocol coordinator take an OffsetCommit for a partition while another
-   member holds it (``World.commits_of_others``);
+   member holds it (``World.commits_of_others``), and on a broker with OffsetCommit v10
+   (3 in 4 consumer-protocol schedules; the others commit by name, v9) none of a member's
+   commits of a partition it held under a topic's old id is stored for the topic created
+   again under that name (``World.commits_by_name_unexpected``);
 2. after the faults stop, the group becomes stable (the coordinator's group STABLE with every
    member slot live and joined, each member done with its rebalance and holding exactly what
    the broker assigned it, every partition or item held exactly once; for LeaderElection
@@ -268,6 +271,14 @@ class Summary:
                     str(self.events.get(k, 0))
                     for k in ("commit_ok", "commit_failed", "commit_by_name_onto_a_new_topic")
                 ),
+            ),
+            (
+                "consumer protocol: commits answered UNKNOWN_TOPIC_ID (by topic id, v10)",
+                str(self.events.get("commit_unknown_topic_id", 0)),
+            ),
+            (
+                "consumer protocol: schedules whose broker commits by name (no v10)",
+                str(self.events.get("offsets_by_name", 0)),
             ),
             (
                 "cooperative: schedules by rebalances after membership settled",
