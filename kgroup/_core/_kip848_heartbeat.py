@@ -44,7 +44,12 @@ from ._kip848_actions import (
 )
 from ._kip848_base import ConsumerMemberBase, SentFields
 from ._kip848_grid import next_tick
-from ._kip848_reactions import HeartbeatReaction, heartbeat_reaction, instance_holder
+from ._kip848_reactions import (
+    UNRELEASED_WINDOW_SESSIONS,
+    HeartbeatReaction,
+    heartbeat_reaction,
+    instance_holder,
+)
 from ._kip848_state import ConsumerState, IdPartition
 from ._messages import FindCoordinatorRequest, FindCoordinatorResponse
 from ._messages_848 import (
@@ -393,7 +398,9 @@ class HeartbeatDriver(ConsumerMemberBase):
             # longer heartbeats (this member's own earlier incarnation, or a crashed
             # process's) is released one session after its last heartbeat, which the
             # broker took before the first answer; so only an answer to a request sent a
-            # session after the first answer proves a live holder.
+            # session after the first answer proves a live holder, and two sessions allow
+            # for a coordinator load that re-armed the holder's session unseen
+            # (UNRELEASED_WINDOW_SESSIONS).
             #
             # Two cases start the run again. The broker names this member's own id as the
             # holder: that is this member's earlier incarnation, which no other process
@@ -412,7 +419,8 @@ class HeartbeatDriver(ConsumerMemberBase):
             if self._refused_since is None or stalled or own:
                 self._refused_since = now
             self._refused_sent_at = sent.sent_at
-            if sent.sent_at - self._refused_since >= self.settings.session_timeout_ms:
+            window = UNRELEASED_WINDOW_SESSIONS * self.settings.session_timeout_ms
+            if sent.sent_at - self._refused_since >= window:
                 self.record_fatal(self._error(code, "ConsumerGroupHeartbeat", resp.error_message))
             else:
                 self._back_off(now)

@@ -147,12 +147,12 @@ async def test_static_member_retries_an_unreleased_instance_id(
         assert all("UNRELEASED_INSTANCE_ID" in fields["error"] for _, fields in seen)
 
 
-async def test_unreleased_instance_id_for_a_whole_session_is_fatal(
+async def test_unreleased_instance_id_for_two_sessions_is_fatal(
     mock: MockCluster, make_topic: Callable[..., str], unique_group: str
 ) -> None:
-    """Deviation 16's limit: once UNRELEASED_INSTANCE_ID answers have come for one session
-    timeout in a row (here the 2 s the user gives, since the mock does not describe group
-    configs), the error is fatal and raised from poll(), naming the error."""
+    """Deviation 16's limit: once UNRELEASED_INSTANCE_ID answers have come for two session
+    timeouts in a row (here 2 x the 2 s the user gives, since the mock does not describe
+    group configs), the error is fatal and raised from poll(), naming the error."""
     topic = make_topic(2, broker=mock)
     cfg = config(
         mock, unique_group, topic, group_instance_id="static-1", consumer_session_timeout_ms=2_000
