@@ -98,8 +98,11 @@ from kgroup._errors import ErrorCode
 from kgroup.testing.messages import (
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
+    FetchedOffset,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     TopicIdPartitions,
 )
 
@@ -689,6 +692,43 @@ class ConsumerGroupModel:
             TopicPartition(p.topic, p.partition): ids[(p.topic, p.partition)] for p in going_on
         }
         return answer(E.NONE), taken
+
+    def fetch(
+        self, req: OffsetFetchRequest, stored: Mapping[IdPartition, int]
+    ) -> OffsetFetchResponse:
+        """``KafkaApis.fetchOffsetsForGroup`` then ``ConsumerGroup.validateOffsetFetch``:
+        a member's fetch (v9+, its member id and epoch) is UNKNOWN_MEMBER_ID for a member
+        the group does not have, STALE_MEMBER_EPOCH unless the epoch is the member's
+        current one. By topic id (v10), a partition whose id is no topic's now is
+        UNKNOWN_TOPIC_ID; by name, the topic's current id is read. ``stored``: the offsets
+        committed, by topic id and partition (a deleted topic's are never read again: Kafka
+        deletes them with the topic, and its id is never reused)."""
+        if req.group_id != self.group_id or req.partitions is None:
+            raise ModelError(f"unexpected OffsetFetch {req!r}")
+        if req.member_id is not None or req.member_epoch != -1:
+            member = self.members.get(req.member_id or "")
+            if member is None:
+                return OffsetFetchResponse(error_code=E.UNKNOWN_MEMBER_ID)
+            if req.member_epoch != member.epoch:
+                return OffsetFetchResponse(error_code=E.STALE_MEMBER_EPOCH)
+        current = self.config.ids()
+        by_id = {(t, p): tid for t, p, tid in req.topic_ids}
+        if req.topic_ids and len(by_id) != len(req.partitions):
+            raise ModelError(f"OffsetFetch v10 without every partition's topic id: {req!r}")
+        fetched = []
+        for topic, partition in req.partitions:
+            tid = by_id[(topic, partition)] if by_id else current.get(topic)
+            if by_id and tid not in current.values():
+                fetched.append(
+                    FetchedOffset(
+                        topic=topic, partition=partition, offset=-1, error_code=E.UNKNOWN_TOPIC_ID
+                    )
+                )
+                continue
+            # By name, a topic that does not exist has nothing committed: -1, no error.
+            offset = -1 if tid is None else stored.get(P(tid, partition), -1)
+            fetched.append(FetchedOffset(topic=topic, partition=partition, offset=offset))
+        return OffsetFetchResponse(partitions=tuple(fetched))
 
     # -- regexes ---------------------------------------------------------------------------
 

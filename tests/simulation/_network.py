@@ -28,6 +28,8 @@ from kgroup.testing.messages import (
     MetadataRequest,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
     SyncGroupRequest,
     SyncGroupResponse,
 )
@@ -289,6 +291,12 @@ class Cluster:
                     world.commit_taken(conn.proc, msg, taken)
                 reply(answer)
                 return
+            if kind is OffsetFetchRequest:
+                if world.offsets_by_name:  # no v10: the wire layer sends v9, by name
+                    msg = dataclasses.replace(msg, topic_ids=())
+                world.fetch_asked(conn.proc, msg)
+                reply(world.guard_model(group.fetch, msg, world.stored_offsets))
+                return
             if kind is not ConsumerGroupHeartbeatRequest:
                 raise ModelError(f"unexpected request {msg!r} to a consumer-protocol group")
             reply(world.guard_model(group.heartbeat, msg, client))
@@ -336,6 +344,8 @@ def _error_response(msg: Any, error: int) -> Any:
         return OffsetCommitResponse(
             results=tuple((p.topic, p.partition, error) for p in msg.partitions)
         )
+    if isinstance(msg, OffsetFetchRequest):
+        return OffsetFetchResponse(error_code=error)
     raise ModelError(f"no error response for {msg!r}")
 
 

@@ -397,6 +397,15 @@ class Process:
             else None
         )
         self._committer: asyncio.Task[None] | None = None
+        #: ... and reads the committed offsets of partitions it was just given (as
+        #: ``GroupConsumer`` does to position them), from another task of its own.
+        self._fetches = (
+            random.Random(f"kgroup-sim-fetches-{params.seed}-{self.holder}")
+            if kind.consumer_protocol
+            else None
+        )
+        self._fetcher: asyncio.Task[None] | None = None
+        self._seen: frozenset[Any] = frozenset()
         self.loop = ProcessLoop(self)
         self.member = GroupMember(
             self.config,
@@ -612,6 +621,7 @@ class Process:
                             f"{sorted(str(tp) for tp in member.assignment)}",
                         )
                 self._maybe_commit()
+                self._maybe_fetch()
                 if self.slow_polls > 0:
                     self.slow_polls -= 1
                     work = self.config.max_poll_interval_ms * world.rng.uniform(1.0, 1.5)
@@ -659,11 +669,45 @@ class Process:
             if not self.crashed:
                 world.escaped(self, "commit", exc)
 
+    #: How likely the application reads the committed offsets of partitions it was just
+    #: given (one read at a time; partitions given meanwhile are not read).
+    FETCH_PROBABILITY = 0.5
+
+    def _maybe_fetch(self) -> None:
+        rng = self._fetches
+        if rng is None:
+            return
+        held = self.member.assignment
+        given, self._seen = held - self._seen, held
+        if not given or (self._fetcher is not None and not self._fetcher.done()):
+            return
+        if rng.random() < self.FETCH_PROBABILITY:
+            partitions = sorted(given, key=str)
+            self._fetcher = self.loop.create_task(self._fetch(partitions), name="sim-fetch")
+
+    async def _fetch(self, partitions: list[Any]) -> None:
+        """``fetch_committed`` of partitions just given, from its own task; what the broker
+        is asked is checked by the world (``World.fetch_asked``)."""
+        world = self.world
+        try:
+            found = await self.member.fetch_committed(partitions)
+            world.count_event("fetch_ok" if any(found.values()) else "fetch_nothing")
+        except (OffsetsError, CommitFailed) as exc:
+            world.count_event("fetch_failed")
+            if world.tracing:
+                world.log(self.holder, f"fetch failed: {exc!r}")
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # invariant 3
+            if not self.crashed:
+                world.escaped(self, "fetch", exc)
+
     async def _stop_committing(self) -> None:
-        committer = self._committer
-        if committer is not None and not committer.done():
-            committer.cancel()
-            await asyncio.gather(committer, return_exceptions=True)
+        """Cancel the application's commit and fetch tasks, if they run."""
+        for task in (self._committer, self._fetcher):
+            if task is not None and not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     # -- ends ----------------------------------------------------------------------------------
 

@@ -41,6 +41,7 @@ from typing import Any
 import structlog
 
 from kgroup import MemberState, TopicPartition
+from kgroup._core._kip848_state import IdPartition
 from kgroup._errors import ErrorCode
 from kgroup.testing.messages import (
     ConsumerGroupHeartbeatRequest,
@@ -49,6 +50,7 @@ from kgroup.testing.messages import (
     JoinGroupRequest,
     LeaveGroupRequest,
     OffsetCommitRequest,
+    OffsetFetchRequest,
     SyncGroupRequest,
 )
 
@@ -153,6 +155,11 @@ INJECTED_ERRORS: dict[type, tuple[int, ...]] = {
     ),
     LeaveGroupRequest: (E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR),
     ConsumerGroupHeartbeatRequest: INJECTED_848,
+    OffsetFetchRequest: (
+        E.COORDINATOR_LOAD_IN_PROGRESS,
+        E.COORDINATOR_NOT_AVAILABLE,
+        E.NOT_COORDINATOR,
+    ),
 }
 
 
@@ -374,9 +381,13 @@ class Ownership:
                 self.holds.append(hold)
                 self._by_holder.setdefault(holder, []).append(hold)
 
+    def holds_of(self, holder: str, item: Item) -> list[Hold]:
+        """``holder``'s holds of ``item``, open or ended."""
+        return [h for h in self._by_holder.get(holder, ()) if h.partition == item]
+
     def last_hold(self, holder: str, item: Item) -> Hold | None:
         """``holder``'s latest hold of ``item``, open or ended."""
-        holds = [h for h in self._by_holder.get(holder, ()) if h.partition == item]
+        holds = self.holds_of(holder, item)
         return max(holds, key=lambda h: h.start) if holds else None
 
     def lease_expired(self, holder: str, deadline: float) -> None:
@@ -478,6 +489,12 @@ class World:
         self.commits: list[tuple[str, TopicPartition, uuid.UUID | None, float]] = []
         #: ... of which by name onto a topic created again (see :meth:`commit_taken`).
         self.commits_by_name = 0
+        #: The offsets the coordinator stored, by topic id and partition (they survive a
+        #: coordinator move, as ``__consumer_offsets`` does); read by OffsetFetch.
+        self.stored_offsets: dict[IdPartition, int] = {}
+        #: OffsetFetches by topic id that named a partition by an id its member never held
+        #: it under (:meth:`fetch_asked`).
+        self.fetches_by_wrong_id: list[str] = []
         #: The broker lacks OffsetCommit v10 (Kafka 4.0 and 4.1): commits go by name
         #: (``offsets_by_name``), drawn for a consumer-protocol schedule.
         self.offsets_by_name = False
@@ -526,7 +543,10 @@ class World:
         (``commit_by_name_onto_a_new_topic``, limitations.md), not checked against the
         holds; by id (v10) there must be none (:meth:`commits_by_name_unexpected`), and
         one stored for another id than the member held the partition under counts too."""
+        offsets = {(p.topic, p.partition): p.offset for p in msg.partitions}
         for tp, tid in taken.items():
+            if tid is not None:
+                self.stored_offsets[IdPartition(tid, tp.partition)] = offsets[tp]
             mine = self.ownership.last_hold(proc.holder, tp)
             if mine is not None and mine.topic_id is not None and mine.topic_id != tid:
                 self.commits_by_name += 1
@@ -534,6 +554,19 @@ class World:
                 continue
             self.commits.append((proc.holder, tp, tid, self.now))
         self.count_event("commit_taken")
+
+    def fetch_asked(self, proc: Process, msg: OffsetFetchRequest) -> None:
+        """An OffsetFetch by topic id reached the coordinator: each partition must be named
+        by an id its member held it under (kgroup names it by the id it holds, or last
+        held, it under; a hold may have ended since the request left)."""
+        for topic, partition, tid in msg.topic_ids:
+            tp = TopicPartition(topic, partition)
+            held = {h.topic_id for h in self.ownership.holds_of(proc.holder, tp)}
+            if held and tid not in held:
+                self.fetches_by_wrong_id.append(
+                    f"{proc.holder} fetched {tp} by topic id {tid} at {self.now:.1f}, "
+                    f"having held it under {sorted(map(str, held))}"
+                )
 
     def commits_by_name_unexpected(self) -> str | None:
         """By id (the broker has OffsetCommit v10), no commit of a partition held under
@@ -896,6 +929,9 @@ def _run_world(world: World, seed: int) -> Result:
         world.fail(SimulationFailure("ownership", f"{len(others)} commit(s): {others[0]}"))
     if world.failure is None and (by_name := world.commits_by_name_unexpected()):
         world.fail(SimulationFailure("ownership", by_name))
+    if world.failure is None and world.fetches_by_wrong_id:
+        wrong = world.fetches_by_wrong_id
+        world.fail(SimulationFailure("ownership", f"{len(wrong)} fetch(es): {wrong[0]}"))
     if world.failure is None and world.ownership.name_clashes:
         clashes = world.ownership.name_clashes
         world.fail(SimulationFailure("ownership", f"{len(clashes)} name clash(es): {clashes[0]}"))

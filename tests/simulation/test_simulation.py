@@ -42,7 +42,9 @@ Every schedule checks five invariants (the consumer protocol: 1 to 4):
    member holds it (``World.commits_of_others``), and on a broker with OffsetCommit v10
    (3 in 4 consumer-protocol schedules; the others commit by name, v9) none of a member's
    commits of a partition it held under a topic's old id is stored for the topic created
-   again under that name (``World.commits_by_name_unexpected``);
+   again under that name (``World.commits_by_name_unexpected``); the applications also
+   read the committed offsets of partitions just given, and a read by topic id names each
+   partition by an id its member held it under (``World.fetch_asked``);
 2. after the faults stop, the group becomes stable (the coordinator's group STABLE with every
    member slot live and joined, each member done with its rebalance and holding exactly what
    the broker assigned it, every partition or item held exactly once; for LeaderElection
@@ -279,6 +281,13 @@ class Summary:
             (
                 "consumer protocol: schedules whose broker commits by name (no v10)",
                 str(self.events.get("offsets_by_name", 0)),
+            ),
+            (
+                "consumer protocol: offset reads with an offset / nothing / failed",
+                " / ".join(
+                    str(self.events.get(k, 0))
+                    for k in ("fetch_ok", "fetch_nothing", "fetch_failed")
+                ),
             ),
             (
                 "cooperative: schedules by rebalances after membership settled",
