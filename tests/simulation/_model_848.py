@@ -770,7 +770,10 @@ class ConsumerGroupModel:
             self.resolved[regex] = topics
         if changed:
             self._bump()
-        self._trace(f"regexes resolved {dict(self.resolved)}: group epoch {self.group_epoch}")
+        # Sorted: a frozenset's order follows string hashing, which differs per process,
+        # and the trace's digest must not (seed 14 gave two digests before).
+        resolved = {regex: sorted(topics) for regex, topics in sorted(self.resolved.items())}
+        self._trace(f"regexes resolved {resolved}: group epoch {self.group_epoch}")
         self._save()
 
     def _compute_target(self) -> None:

@@ -23,8 +23,8 @@ import math
 import random
 import zlib
 from asyncio import events
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from kgroup import (
     FencedInstanceId,
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from ._world import World
 
 __all__ = ["Process", "ProcessLoop", "SimConnection", "SimTransport"]
+
+_T = TypeVar("_T")
 
 GROUP = "sim-group"
 INF = math.inf
@@ -655,19 +657,30 @@ class Process:
         """``commit_offsets`` of what the member held when it started, from its own task:
         a poll() may revoke some of it meanwhile. What the broker takes is checked by the
         world (``World.commit_taken``); the documented failures are counted."""
+        failures = (CommitFailed, OffsetsError, RebalanceInProgress, FencedInstanceId)
+        done, _ = await self._offsets_call("commit", self.member.commit_offsets(offsets), failures)
+        if done:
+            self.world.count_event("commit_ok")
+
+    async def _offsets_call(
+        self, what: str, call: Awaitable[_T], failures: tuple[type[Exception], ...]
+    ) -> tuple[bool, _T | None]:
+        """Await an offsets call of the application's (``what``: ``commit`` or ``fetch``):
+        ``(True, its value)``; ``(False, None)`` after one of the documented ``failures``,
+        counted as ``<what>_failed``; anything else escapes the member (invariant 3)."""
         world = self.world
         try:
-            await self.member.commit_offsets(offsets)
-            world.count_event("commit_ok")
-        except (CommitFailed, OffsetsError, RebalanceInProgress, FencedInstanceId) as exc:
-            world.count_event("commit_failed")
+            return True, await call
+        except failures as exc:
+            world.count_event(f"{what}_failed")
             if world.tracing:
-                world.log(self.holder, f"commit failed: {exc!r}")
+                world.log(self.holder, f"{what} failed: {exc!r}")
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # invariant 3
             if not self.crashed:
-                world.escaped(self, "commit", exc)
+                world.escaped(self, what, exc)
+        return False, None
 
     #: How likely the application reads the committed offsets of partitions it was just
     #: given (one read at a time; partitions given meanwhile are not read).
@@ -688,19 +701,11 @@ class Process:
     async def _fetch(self, partitions: list[Any]) -> None:
         """``fetch_committed`` of partitions just given, from its own task; what the broker
         is asked is checked by the world (``World.fetch_asked``)."""
-        world = self.world
-        try:
-            found = await self.member.fetch_committed(partitions)
-            world.count_event("fetch_ok" if any(found.values()) else "fetch_nothing")
-        except (OffsetsError, CommitFailed) as exc:
-            world.count_event("fetch_failed")
-            if world.tracing:
-                world.log(self.holder, f"fetch failed: {exc!r}")
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # invariant 3
-            if not self.crashed:
-                world.escaped(self, "fetch", exc)
+        call = self.member.fetch_committed(partitions)
+        done, found = await self._offsets_call("fetch", call, (OffsetsError, CommitFailed))
+        if done:
+            assert found is not None
+            self.world.count_event("fetch_ok" if any(found.values()) else "fetch_nothing")
 
     async def _stop_committing(self) -> None:
         """Cancel the application's commit and fetch tasks, if they run."""
