@@ -25,6 +25,7 @@ import pytest
 from aiokafka.conn import create_conn
 
 from kgroup._core._messages import (
+    TOPIC_ID_OFFSET_VERSION,
     CommitPartition,
     DescribeGroupsRequest,
     FindCoordinatorRequest,
@@ -172,7 +173,12 @@ async def _join_as_leader(conn: Any, group_id: str, instance_id: str | None) -> 
 
 
 async def test_broker_offers_every_version_kgroup_speaks(conn: Any) -> None:
-    for api_key, (_low, high) in SUPPORTED_VERSIONS.items():
+    """Every version kgroup speaks to a classic group: OffsetCommit and OffsetFetch v10 name
+    topics only by id, which only a consumer-protocol member sends (tansu has no consumer
+    protocol, and offers both up to v9); these samples go by name."""
+    for api_key, (_low, newest) in SUPPORTED_VERSIONS.items():
+        by_name = api_key in (8, 9)
+        high = min(newest, TOPIC_ID_OFFSET_VERSION - 1) if by_name else newest
         assert conn._versions[api_key][1] >= high, (api_key, conn._versions[api_key])
         struct = to_wire(_sample(api_key)).prepare(conn._versions)
         assert struct.API_VERSION == high
