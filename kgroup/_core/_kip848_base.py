@@ -85,7 +85,8 @@ class ConsumerMemberBase:
         self.owned: frozenset[IdPartition] = frozenset()
         self.names: dict[uuid.UUID, str] = {}
         #: The topic id under which the member last held each partition, by name: what its
-        #: offsets go by (OffsetCommit and OffsetFetch v10, :meth:`offset_topic_ids`).
+        #: offsets go by (OffsetCommit and OffsetFetch v10, :meth:`offset_topic_ids`). Set
+        #: when a reconciliation starts, for all it will own (nothing is owned otherwise).
         self._held_ids: dict[tuple[str, int], uuid.UUID] = {}
         #: The subscription: topic names, or a broker-side regex (then no names).
         self.topics: tuple[str, ...] = tuple(sorted(settings.topics))

@@ -204,7 +204,6 @@ class PollDriver(ConsumerMemberBase):
         # The revocation deadline stays until the broker has heard that the partitions are
         # gone (HeartbeatDriver._accept): a late or lost acknowledgement does not stop it.
         self.owned = owned
-        self._remember_ids(owned)
         self._signals.wake_heartbeat = True  # the lease may have moved
 
     # -- topic names -----------------------------------------------------------------------
