@@ -32,20 +32,27 @@ STALE_MEMBER_EPOCH = 113
 UNKNOWN_MEMBER_ID = 25
 
 
+async def open_at_coordinator(broker: KafkaBroker, group: str, client_id: str) -> BrokerConnection:
+    """A connection to ``broker`` (a single broker: the coordinator of every group) once it
+    answers FindCoordinator for ``group``: the first lookup creates the offsets topic,
+    which may still load. Closed again if it never answers."""
+    host, port = broker.bootstrap.rsplit(":", 1)
+    conn = await BrokerConnection.open(host, int(port), client_id=client_id, timeout_ms=10_000)
+    for _ in range(100):
+        found = await conn.request(FindCoordinatorRequest(group_id=group), 10_000)
+        if found.error_code == 0:
+            return conn
+        await asyncio.sleep(0.2)
+    await conn.aclose()
+    raise AssertionError(f"no coordinator for {group}")
+
+
 async def test_kafka_takes_a_commit_under_the_current_epoch_whatever_the_member_owns(
     kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
 ) -> None:
     topic = make_topic(2)
-    host, port = kafka_broker.bootstrap.rsplit(":", 1)
-    conn = await BrokerConnection.open(
-        host, int(port), client_id="commit-epochs", timeout_ms=10_000
-    )
+    conn = await open_at_coordinator(kafka_broker, unique_group, "commit-epochs")
     try:
-        for _ in range(100):  # FindCoordinator creates the offsets topic, which may load
-            found = await conn.request(FindCoordinatorRequest(group_id=unique_group), 10_000)
-            if found.error_code == 0:
-                break
-            await asyncio.sleep(0.2)
         await _until_the_coordinator_sees(conn, f"{unique_group}-warm", topic)
         a, b = f"a-{uuid.uuid4()}", f"b-{uuid.uuid4()}"
 

@@ -26,27 +26,16 @@ from kgroup.testing.messages import (
     CommitPartition,
     ConsumerGroupHeartbeatRequest,
     ConsumerGroupHeartbeatResponse,
-    FindCoordinatorRequest,
     MetadataRequest,
     MetadataResponse,
     OffsetCommitRequest,
     OffsetFetchRequest,
 )
 from tests.integration.test_kip848 import consumer_config
+from tests.integration.test_kip848_commit_epochs import open_at_coordinator
 from tests.simulation.test_model_vs_kafka_848 import _until_the_coordinator_sees
 
 UNKNOWN_TOPIC_ID = 100
-
-
-async def _connect(broker: KafkaBroker, group: str) -> BrokerConnection:
-    host, port = broker.bootstrap.rsplit(":", 1)
-    conn = await BrokerConnection.open(host, int(port), client_id="by-topic-id", timeout_ms=10_000)
-    for _ in range(100):  # FindCoordinator creates the offsets topic, which may load
-        found = await conn.request(FindCoordinatorRequest(group_id=group), 10_000)
-        if found.error_code == 0:
-            return conn
-        await asyncio.sleep(0.2)
-    raise AssertionError("no coordinator")
 
 
 async def _topic_id(
@@ -93,7 +82,7 @@ async def test_kafka_stores_a_commit_by_name_on_the_new_topic_and_refuses_the_ol
     kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
 ) -> None:
     topic = make_topic(1)
-    conn = await _connect(kafka_broker, unique_group)
+    conn = await open_at_coordinator(kafka_broker, unique_group, "by-topic-id")
     try:
         await _until_the_coordinator_sees(conn, f"{unique_group}-warm", topic)
         member = f"a-{uuid.uuid4()}"
@@ -149,7 +138,7 @@ async def test_a_member_commits_by_topic_id_and_refuses_a_deleted_topic(
 ) -> None:
     topic = make_topic(2)
     p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
-    conn = await _connect(kafka_broker, unique_group)
+    conn = await open_at_coordinator(kafka_broker, unique_group, "by-topic-id")
     try:
         async with GroupMember(consumer_config(kafka_broker, unique_group, topic)) as member:
             for _ in range(120):
