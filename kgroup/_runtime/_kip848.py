@@ -157,8 +157,14 @@ class ConsumerProtocolRuntime:
         """Nothing to resolve before the first heartbeat: the broker matches a pattern."""
 
     def enforce_rebalance(self, reason: str) -> None:
-        """Not offered yet: the broker alone starts a consumer group's rebalances."""
-        raise UsageError('enforce_rebalance() is not available with group_protocol="consumer" yet')
+        """Refused: the broker alone starts a consumer group's rebalances (KIP-848 has no
+        client-side trigger; Java's consumer logs a warning and does nothing)."""
+        # DEVIATION (spec §10.1; deviations.md row 26): refused, not ignored.
+        raise UsageError(
+            'enforce_rebalance() has no equivalent with group_protocol="consumer": the broker '
+            "starts every rebalance of a consumer group (a subscription change reaches it "
+            "through subscribe())"
+        )
 
     @property
     def joined_once(self) -> bool:

@@ -281,7 +281,9 @@ class GroupMember:
     def enforce_rebalance(self, reason: str = "the application asked for a rebalance") -> None:
         """Ask for a rebalance of the whole group (Java's ``enforceRebalance``): the member
         rejoins in the next ``poll()``; as in any rebalance, the leader assigns afresh (with
-        fresh metadata). Useful when something the assignor uses changed outside Kafka."""
+        fresh metadata). Useful when something the assignor uses changed outside Kafka.
+        With ``group_protocol="consumer"`` it raises :class:`UsageError`: the broker starts
+        every rebalance there."""
         self._shared.check_open()
         self._runtime.enforce_rebalance(reason)
 

@@ -18,9 +18,11 @@ import pytest
 from kgroup import (
     GroupConfig,
     GroupMember,
+    MemberState,
     OffsetAndMetadata,
     TopicPartition,
     UnsupportedVersion,
+    UsageError,
 )
 from kgroup.testing import KafkaBroker, TansuBroker
 from kgroup.testing._members import MemberGroup, covered
@@ -331,7 +333,7 @@ async def test_subscribe_moves_the_member_to_other_topics(
 ) -> None:
     """subscribe() with the consumer protocol: names to names, then to a broker-side
     pattern, then back to names; each time the member ends up owning exactly the
-    partitions of what it subscribes to now."""
+    partitions of what it subscribes to now. enforce_rebalance() is refused."""
     first, second = make_topic(2), make_topic(3)
     cfg = consumer_config(kafka_broker, unique_group, first)
     async with MemberGroup() as group:
@@ -350,3 +352,8 @@ async def test_subscribe_moves_the_member_to_other_topics(
         await group.wait_until(
             lambda: {tp.topic for tp in a.assignment} == {first}, timeout=60, what="first again"
         )
+        # No client-side rebalance exists in this protocol: refused, and nothing changes.
+        held = a.member.assignment
+        with pytest.raises(UsageError, match="the broker starts every rebalance"):
+            a.member.enforce_rebalance("the application asked")
+        assert a.member.assignment == held and a.member.state is MemberState.STABLE
