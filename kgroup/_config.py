@@ -311,7 +311,10 @@ class GroupConfig:
                 raise ConfigError(name, f"must be an integer number of milliseconds, got {value!r}")
             if not 0 < value <= INT32_MAX:
                 raise ConfigError(name, f"must be in 1..{INT32_MAX}, got {value}")
-        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+        # With the consumer protocol (no fallback) both are refused below, naming the field
+        # and saying why, unless they are the defaults: their relation is no concern then.
+        classic_timers = self.group_protocol != "consumer" or self.group_protocol_fallback
+        if classic_timers and self.heartbeat_interval_ms >= self.session_timeout_ms:
             raise ConfigError(
                 "heartbeat_interval_ms",
                 f"must be below session_timeout_ms ({self.heartbeat_interval_ms} >= "

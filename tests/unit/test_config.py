@@ -199,7 +199,10 @@ def test_group_protocol_defaults_to_classic_and_rejects_others() -> None:
     ("name", "value", "why"),
     [
         ("session_timeout_ms", 10_000, "consumer_session_timeout_ms"),
+        # Not told instead that the default heartbeat (3 s) must be below it.
+        ("session_timeout_ms", 3_000, "consumer_session_timeout_ms"),
         ("heartbeat_interval_ms", 1_000, "group.consumer.heartbeat.interval.ms"),
+        ("heartbeat_interval_ms", 60_000, "group.consumer.heartbeat.interval.ms"),
         ("assignors", ["cooperative-sticky"], "group_remote_assignor"),
     ],
 )
