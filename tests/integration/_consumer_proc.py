@@ -2,6 +2,10 @@
 
 Usage: python _consumer_proc.py BOOTSTRAP GROUP TOPIC OUT_FILE NAME [ASSIGNOR]
 
+ASSIGNOR is a classic assignor (``range`` by default), or ``consumer`` for the KIP-848
+consumer protocol (the broker assigns; the group's session must be set to 6 s on the
+broker, which the member is told through ``consumer_session_timeout_ms``).
+
 It consumes TOPIC in GROUP from the earliest offset, and appends to OUT_FILE (one line per
 event, each line written with one unbuffered ``os.write`` so a SIGKILL never leaves half a
 line):
@@ -46,16 +50,23 @@ def main() -> None:
     async def run() -> None:
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        protocol: dict[str, object] = (
+            {"group_protocol": "consumer", "consumer_session_timeout_ms": 6000}
+            if assignor == "consumer"
+            else {
+                "session_timeout_ms": 6000,
+                "heartbeat_interval_ms": 500,
+                "assignors": (assignor,),
+            }
+        )
         config = GroupConfig(
             bootstrap_servers=bootstrap,
             group_id=group,
             topics=[topic],
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=500,
             max_poll_interval_ms=20_000,
             request_timeout_ms=10_000,
             client_id=name,
-            assignors=(assignor,),
+            **protocol,  # type: ignore[arg-type]
         )
         consumer = GroupConsumer(
             config, listener=Listener(), auto_offset_reset="earliest", enable_auto_commit=True

@@ -32,7 +32,13 @@ from kgroup import (
     RebalanceInProgress,
     TopicPartition,
 )
-from kgroup.testing import Broker, KafkaBroker, MemberGroup, ProxiedBroker
+from kgroup.testing import (
+    Broker,
+    KafkaBroker,
+    MemberGroup,
+    ProxiedBroker,
+    set_consumer_group_timeouts,
+)
 from tests.integration.conftest import SESSION_MS, group_config
 
 PROC = Path(__file__).with_name("_consumer_proc.py")
@@ -424,7 +430,7 @@ def spawn(
 
 
 @pytest.mark.kafka
-@ASSIGNORS
+@pytest.mark.parametrize("assignor", ["range", "cooperative-sticky", "consumer"])
 async def test_sigkill_crashes_lose_nothing_and_duplicate_only_uncommitted_records(
     kafka_broker: KafkaBroker,
     make_topic: Callable[..., str],
@@ -432,9 +438,15 @@ async def test_sigkill_crashes_lose_nothing_and_duplicate_only_uncommitted_recor
     tmp_path: Path,
     assignor: str,
 ) -> None:
+    """``assignor`` "consumer": the KIP-848 consumer protocol, with the group's session
+    set to the classic members' 6 s (heartbeat 500 ms) on the broker."""
     partitions, per_partition = 6, 250
     total = partitions * per_partition
     topic = make_topic(partitions)
+    if assignor == "consumer":
+        await set_consumer_group_timeouts(
+            kafka_broker.bootstrap, unique_group, session_timeout_ms=6000, heartbeat_interval_ms=500
+        )
     await produce(kafka_broker.bootstrap, topic, per_partition, partitions)
     log = Log(tmp_path / "events.log")
     procs: dict[str, subprocess.Popen[bytes]] = {}
@@ -474,6 +486,8 @@ async def test_sigkill_crashes_lose_nothing_and_duplicate_only_uncommitted_recor
     # The survivors closed gracefully, and the crashes were real.
     assert all(procs[n].returncode == -signal.SIGKILL for n in crashed)
     assert sum(1 for f in lines if f[0] == "CLOSED") == 3
+    if assignor == "consumer":  # the members did run the consumer protocol
+        assert "protocol=consumer" in log.path.with_name("m2.out").read_text()
 
 
 def check_duplicates(lines: list[list[str]], crashed: list[str]) -> None:
