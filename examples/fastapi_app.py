@@ -10,7 +10,10 @@ Environment variables (read at startup):
 
 - ``KGROUP_BOOTSTRAP`` (default ``localhost:9092``), ``KGROUP_GROUP`` (``kgroup-fastapi``),
   ``KGROUP_TOPIC`` (required; comma-separated for several topics);
-- ``KGROUP_SESSION_TIMEOUT_MS``, ``KGROUP_HEARTBEAT_INTERVAL_MS``,
+- ``KGROUP_GROUP_PROTOCOL``: ``classic`` (the default) or ``consumer`` (KIP-848: the
+  broker assigns and sets the session; ``KGROUP_CONSUMER_SESSION_TIMEOUT_MS`` tells the
+  lease the longest session the broker may use);
+- ``KGROUP_SESSION_TIMEOUT_MS``, ``KGROUP_HEARTBEAT_INTERVAL_MS`` (classic only),
   ``KGROUP_MAX_POLL_INTERVAL_MS``, ``KGROUP_CLOSE_TIMEOUT_MS`` (GroupConfig defaults
   when unset); ``KGROUP_CLIENT_ID``;
 - ``KGROUP_AUTO_OFFSET_RESET``: ``earliest`` or ``latest`` (default ``earliest``);
@@ -54,10 +57,12 @@ def config_from_env() -> GroupConfig:
         "group_id": os.environ.get("KGROUP_GROUP", "kgroup-fastapi"),
         "topics": topics,
         "client_id": os.environ.get("KGROUP_CLIENT_ID", "kgroup-fastapi-example"),
+        "group_protocol": os.environ.get("KGROUP_GROUP_PROTOCOL") or "classic",
     }
     for name in (
         "session_timeout_ms",
         "heartbeat_interval_ms",
+        "consumer_session_timeout_ms",
         "max_poll_interval_ms",
         "close_timeout_ms",
     ):

@@ -22,7 +22,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from kgroup import GroupConfig, GroupConsumer, TopicPartition, UsageError
-from kgroup.testing import Broker
+from kgroup.testing import Broker, set_consumer_group_timeouts
 from kgroup.testing._ports import ManagedProcess, free_port, log_tail, port_is_open
 
 REPO = Path(__file__).resolve().parents[2]
@@ -269,6 +269,74 @@ def test_sigterm_hands_partitions_over_in_one_rebalance(
     # Still exactly one rebalance later: nothing else happened to the survivor.
     status, after = survivor.health()
     assert status == 200 and after["generation"] == generation + 1
+
+
+@pytest.mark.parametrize("broker", ["kafka"], indirect=True)
+def test_sigterm_hands_partitions_over_on_the_consumer_protocol(
+    broker: Broker,
+    make_topic: Callable[..., str],
+    servers: Callable[..., Server],
+    unique_group: str,
+) -> None:
+    """The same hand-over with ``KGROUP_GROUP_PROTOCOL=consumer`` (KIP-848): the leaver
+    revokes and sends its leave heartbeat; the survivor owns everything at its next
+    heartbeat (the group's interval, 1 s here), well within the 30 s session."""
+    partitions = 4
+    topic = make_topic(partitions)
+    session_ms = SESSION_MS["kafka"]
+    asyncio.run(
+        set_consumer_group_timeouts(
+            broker.bootstrap,
+            unique_group,
+            session_timeout_ms=session_ms,
+            heartbeat_interval_ms=HEARTBEAT_MS,
+        )
+    )
+    env = {
+        "KGROUP_GROUP_PROTOCOL": "consumer",
+        "KGROUP_SESSION_TIMEOUT_MS": "",  # classic-only: the broker's group config rules
+        "KGROUP_HEARTBEAT_INTERVAL_MS": "",
+        "KGROUP_CONSUMER_SESSION_TIMEOUT_MS": str(session_ms),
+    }
+    leaving = servers("leaving", topic, **env)
+    survivor = servers("survivor", topic, **env)
+    leaving.wait_listening()
+    survivor.wait_listening()
+    everything = all_partitions(topic, partitions)
+    snapshot: dict[str, dict[str, Any]] = {}
+
+    def shared() -> bool:
+        for server in (leaving, survivor):
+            status, body = server.health()
+            if status != 200:
+                return False
+            snapshot[server.name] = body
+        a, b = snapshot["leaving"]["assignment"], snapshot["survivor"]["assignment"]
+        return bool(a) and bool(b) and sorted(a + b) == everything
+
+    until(shared, timeout=STARTUP_TIMEOUT, what="both members stable, partitions shared")
+    epoch = snapshot["survivor"]["generation"]
+
+    started = time.monotonic()
+    leaving.signal(signal.SIGTERM)
+    body = survivor.wait_health(
+        lambda status, body: status == 200 and body["assignment"] == everything,
+        timeout=20,
+        what="survivor owns every partition",
+    )
+    took = time.monotonic() - started
+    assert took < HANDOVER_S["kafka"] < session_ms / 1000, f"hand-over took {took:.1f} s"
+    assert body["state"] == "STABLE" and body["generation"] > epoch
+
+    code = leaving.proc.popen.wait(timeout=30)
+    output = leaving.log()
+    assert code in (0, -signal.SIGTERM), output[-4000:]
+    assert "Application shutdown complete." in output, output[-4000:]
+    assert "protocol=consumer" in output, output[-4000:]
+    assert "member.left_group" in output and "error_code=0" in output, output[-4000:]
+    assert "member.closed" in output and "fastapi.stopped" in output
+    # The survivor lost nothing on the way (a loss would show as partitions lost).
+    assert "member.partitions_lost" not in survivor.log()
 
 
 def test_failing_handler_turns_unhealthy_with_traceback(
