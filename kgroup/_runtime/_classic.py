@@ -130,13 +130,14 @@ class ClassicRuntime:
             before = embedding.topics
             changed = embedding.subscribe(new_topics, compiled)
         if changed:
-            logger.info(
-                "member.subscription_changed",
-                group=shared.config.group_id,
-                before=list(before),
-                topics=list(embedding.topics),
-                pattern=None if compiled is None else compiled.pattern,
-            )
+            fields = {
+                "group": shared.config.group_id,
+                "before": list(before),
+                "topics": list(embedding.topics),
+                "pattern": None if compiled is None else compiled.pattern,
+            }
+            logger.info("member.subscription_changed", **fields)
+            shared.notify("member.subscription_changed", fields)
             with shared.step() as core:
                 core.request_rejoin("subscription changed")
 
@@ -145,7 +146,9 @@ class ClassicRuntime:
         if not isinstance(reason, str) or not reason:
             raise UsageError("enforce_rebalance() needs a non-empty reason string")
         shared = self._shared
-        logger.info("member.rebalance_enforced", group=shared.config.group_id, reason=reason)
+        fields = {"group": shared.config.group_id, "reason": reason}
+        logger.info("member.rebalance_enforced", **fields)
+        shared.notify("member.rebalance_enforced", fields)
         with shared.step() as core:
             core.request_rejoin(reason)
 

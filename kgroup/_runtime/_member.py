@@ -242,11 +242,12 @@ class GroupMember:
             self._spawn_coordinator_tasks()
         else:
             await asyncio.wrap_future(thread.call(self._spawn_coordinator_tasks))
-            logger.info(
-                "member.isolated",
-                group=self._config.group_id,
-                thread=f"kgroup-coordinator-{self._config.group_id}",
-            )
+            fields = {
+                "group": self._config.group_id,
+                "thread": f"kgroup-coordinator-{self._config.group_id}",
+            }
+            logger.info("member.isolated", **fields)
+            shared.notify("member.isolated", fields)
         await self._runtime.resolve_subscription()
 
     def _spawn_coordinator_tasks(self) -> None:

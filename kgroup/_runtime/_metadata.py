@@ -63,9 +63,9 @@ class MetadataWatch:
             await self.resolve_pattern()
             await self._check_leader_snapshot()
         except (CoordinatorError, RemoteProtocolError) as exc:
-            logger.warning(
-                "member.metadata_refresh_failed", group=shared.config.group_id, error=str(exc)
-            )
+            fields = {"group": shared.config.group_id, "error": str(exc)}
+            logger.warning("member.metadata_refresh_failed", **fields)
+            shared.notify("member.metadata_refresh_failed", fields)
             return False
         self.refreshes += 1
         return True
@@ -85,13 +85,14 @@ class MetadataWatch:
             matched = embedding.matching(counts)
             changed = embedding.subscribe(matched, pattern)
         if changed:
-            logger.info(
-                "member.subscription_changed",
-                group=shared.config.group_id,
-                pattern=pattern.pattern,
-                before=list(before),
-                topics=matched,
-            )
+            fields = {
+                "group": shared.config.group_id,
+                "pattern": pattern.pattern,
+                "before": list(before),
+                "topics": matched,
+            }
+            logger.info("member.subscription_changed", **fields)
+            shared.notify("member.subscription_changed", fields)
             self._rejoin("subscribed topics changed (pattern " + repr(pattern.pattern) + ")")
 
     async def _check_leader_snapshot(self) -> None:
@@ -125,7 +126,9 @@ class MetadataWatch:
                 return  # a rebalance started meanwhile: it takes fresh metadata anyway
             reason = embedding.metadata_changed(counts)
         if reason is not None:
-            logger.info("member.metadata_changed", group=shared.config.group_id, reason=reason)
+            fields = {"group": shared.config.group_id, "reason": reason}
+            logger.info("member.metadata_changed", **fields)
+            shared.notify("member.metadata_changed", fields)
             self._rejoin(reason)
 
     def _rejoin(self, reason: str) -> None:

@@ -94,13 +94,14 @@ class _Attempts:
         event: EventName = (
             "offsets.commit_failed" if self.api == "OffsetCommit" else "offsets.fetch_failed"
         )
-        logger.warning(
-            event,
-            group=self.member.config.group_id,
-            error=type(error).__name__,
-            message=str(error),
+        logged = {
+            "group": self.member.config.group_id,
+            "error": type(error).__name__,
+            "message": str(error),
             **fields,
-        )
+        }
+        logger.warning(event, **logged)
+        self.member._shared.notify(event, logged)
         return error
 
     async def back_off(self, retry: Retry) -> None:
@@ -109,13 +110,14 @@ class _Attempts:
         self.last_reason = retry.reason
         if self.remaining() <= 0:
             raise self.timed_out()
-        logger.info(
-            "offsets.retry",
-            api=self.api,
-            group=self.member.config.group_id,
-            reason=retry.reason,
-            attempt=self.attempts,
-        )
+        fields = {
+            "api": self.api,
+            "group": self.member.config.group_id,
+            "reason": retry.reason,
+            "attempt": self.attempts,
+        }
+        logger.info("offsets.retry", **fields)
+        self.member._shared.notify("offsets.retry", fields)
         pause = min(self._backoff.backoff(self.attempts - 1), max(0.0, self.remaining()))
         await asyncio.sleep(pause / 1000.0)
 
@@ -156,14 +158,15 @@ async def commit_offsets(
             verdict = member._core_call(partial(judge, sent=sent, response=response))
         match verdict:
             case Done():
-                logger.debug(
-                    "offsets.committed",
-                    group=request.group_id,
-                    generation=sent.generation_id,
-                    partitions=len(request.partitions),
+                committed = {
+                    "group": request.group_id,
+                    "generation": sent.generation_id,
+                    "partitions": len(request.partitions),
                     # every partition named by its topic id: v10 where the broker has it
-                    by_topic_id=bool(request.topic_ids),
-                )
+                    "by_topic_id": bool(request.topic_ids),
+                }
+                logger.debug("offsets.committed", **committed)
+                member._shared.notify("offsets.committed", committed)
                 return
             case Fail(error=error):
                 raise attempts.fail(error, generation=sent.generation_id)

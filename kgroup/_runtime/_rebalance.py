@@ -300,6 +300,15 @@ class RebalanceDriver:
                 generation=generation.generation_id,
                 partitions=call.partitions,
             )
+            shared.notify(
+                event,
+                {
+                    "group": shared.config.group_id,
+                    "member_id": generation.member_id,
+                    "generation": generation.generation_id,
+                    "partitions": frozenset(call.partitions),
+                },
+            )
             method = getattr(shared.listener, call.callback, None)
             if method is None:
                 continue

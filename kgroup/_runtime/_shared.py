@@ -209,18 +209,25 @@ class Shared:
         recorder = self.recorder
         if recorder is not None:
             recorder.record(event, fields)
+        self.notify(event, fields)
+
+    def log(self, event: EventName, **fields: Any) -> None:
+        """Log a runtime event at its registered level, record it in the event log, and
+        call the event hooks."""
+        log_event(event, **fields)
+        recorder = self.recorder
+        if recorder is not None:
+            recorder.record(event, fields)
+        self.notify(event, fields)
+
+    def notify(self, event: str, fields: Mapping[str, Any]) -> None:
+        """Call the event hooks with ``event`` (on the application's loop): every
+        membership event the member logs reaches them, the core's and the runtime's."""
         if self.hooks:
             if self.seam is None:
                 self.run_hooks(event, fields)
             else:
                 self.seam.to_app(self.run_hooks, event, fields)
-
-    def log(self, event: EventName, **fields: Any) -> None:
-        """Log a runtime event at its registered level, and record it in the event log."""
-        log_event(event, **fields)
-        recorder = self.recorder
-        if recorder is not None:
-            recorder.record(event, fields)
 
     def record(self, event: EventName, **fields: Any) -> None:
         """Record an event in the event log only (its log line is written otherwise)."""
