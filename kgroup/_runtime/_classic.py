@@ -28,7 +28,6 @@ from .._core._embedding import ConsumerEmbedding
 from .._core._member import MemberCore
 from .._core._state import MemberState
 from .._errors import ListenerError, UsageError
-from .._log import logger
 from ._handoff import hand_off
 from ._heartbeat import HeartbeatDriver, send_leave
 from ._link import CoordinatorLink
@@ -130,14 +129,13 @@ class ClassicRuntime:
             before = embedding.topics
             changed = embedding.subscribe(new_topics, compiled)
         if changed:
-            fields = {
-                "group": shared.config.group_id,
-                "before": list(before),
-                "topics": list(embedding.topics),
-                "pattern": None if compiled is None else compiled.pattern,
-            }
-            logger.info("member.subscription_changed", **fields)
-            shared.notify("member.subscription_changed", fields)
+            shared.announce(
+                "member.subscription_changed",
+                group=shared.config.group_id,
+                before=list(before),
+                topics=list(embedding.topics),
+                pattern=None if compiled is None else compiled.pattern,
+            )
             with shared.step() as core:
                 core.request_rejoin("subscription changed")
 
@@ -146,9 +144,7 @@ class ClassicRuntime:
         if not isinstance(reason, str) or not reason:
             raise UsageError("enforce_rebalance() needs a non-empty reason string")
         shared = self._shared
-        fields = {"group": shared.config.group_id, "reason": reason}
-        logger.info("member.rebalance_enforced", **fields)
-        shared.notify("member.rebalance_enforced", fields)
+        shared.announce("member.rebalance_enforced", group=shared.config.group_id, reason=reason)
         with shared.step() as core:
             core.request_rejoin(reason)
 

@@ -35,7 +35,6 @@ from .._core._member import MemberCore
 from .._core._state import Generation, MemberState
 from .._errors import ConfigError, ListenerError, UnsupportedVersion, UsageError
 from .._listener import ItemListener, RebalanceListener
-from .._log import logger
 from .._stats import MemberStats
 from ._classic import ClassicRuntime
 from ._event_log import close_event_log, open_event_log
@@ -242,12 +241,11 @@ class GroupMember:
             self._spawn_coordinator_tasks()
         else:
             await asyncio.wrap_future(thread.call(self._spawn_coordinator_tasks))
-            fields = {
-                "group": self._config.group_id,
-                "thread": f"kgroup-coordinator-{self._config.group_id}",
-            }
-            logger.info("member.isolated", **fields)
-            shared.notify("member.isolated", fields)
+            shared.announce(
+                "member.isolated",
+                group=self._config.group_id,
+                thread=f"kgroup-coordinator-{self._config.group_id}",
+            )
         await self._runtime.resolve_subscription()
 
     def _spawn_coordinator_tasks(self) -> None:

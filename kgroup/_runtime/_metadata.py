@@ -25,7 +25,6 @@ import asyncio
 from .._core._embedding import ConsumerEmbedding
 from .._core._state import MemberState
 from .._errors import CoordinatorError, RemoteProtocolError
-from .._log import logger
 from ._link import CoordinatorLink
 from ._shared import Shared
 
@@ -63,9 +62,9 @@ class MetadataWatch:
             await self.resolve_pattern()
             await self._check_leader_snapshot()
         except (CoordinatorError, RemoteProtocolError) as exc:
-            fields = {"group": shared.config.group_id, "error": str(exc)}
-            logger.warning("member.metadata_refresh_failed", **fields)
-            shared.notify("member.metadata_refresh_failed", fields)
+            shared.announce(
+                "member.metadata_refresh_failed", group=shared.config.group_id, error=str(exc)
+            )
             return False
         self.refreshes += 1
         return True
@@ -85,14 +84,13 @@ class MetadataWatch:
             matched = embedding.matching(counts)
             changed = embedding.subscribe(matched, pattern)
         if changed:
-            fields = {
-                "group": shared.config.group_id,
-                "pattern": pattern.pattern,
-                "before": list(before),
-                "topics": matched,
-            }
-            logger.info("member.subscription_changed", **fields)
-            shared.notify("member.subscription_changed", fields)
+            shared.announce(
+                "member.subscription_changed",
+                group=shared.config.group_id,
+                pattern=pattern.pattern,
+                before=list(before),
+                topics=matched,
+            )
             self._rejoin("subscribed topics changed (pattern " + repr(pattern.pattern) + ")")
 
     async def _check_leader_snapshot(self) -> None:
@@ -126,9 +124,7 @@ class MetadataWatch:
                 return  # a rebalance started meanwhile: it takes fresh metadata anyway
             reason = embedding.metadata_changed(counts)
         if reason is not None:
-            fields = {"group": shared.config.group_id, "reason": reason}
-            logger.info("member.metadata_changed", **fields)
-            shared.notify("member.metadata_changed", fields)
+            shared.announce("member.metadata_changed", group=shared.config.group_id, reason=reason)
             self._rejoin(reason)
 
     def _rejoin(self, reason: str) -> None:

@@ -43,7 +43,7 @@ from .._core._offsets import (
 )
 from .._core._timers import ExponentialBackoff
 from .._errors import CoordinatorError, KGroupError, OffsetsError, RemoteProtocolError
-from .._log import EventName, logger
+from .._log import EventName
 
 if TYPE_CHECKING:
     from ._member import GroupMember
@@ -94,14 +94,13 @@ class _Attempts:
         event: EventName = (
             "offsets.commit_failed" if self.api == "OffsetCommit" else "offsets.fetch_failed"
         )
-        logged = {
-            "group": self.member.config.group_id,
-            "error": type(error).__name__,
-            "message": str(error),
+        self.member._shared.announce(
+            event,
+            group=self.member.config.group_id,
+            error=type(error).__name__,
+            message=str(error),
             **fields,
-        }
-        logger.warning(event, **logged)
-        self.member._shared.notify(event, logged)
+        )
         return error
 
     async def back_off(self, retry: Retry) -> None:
@@ -110,14 +109,13 @@ class _Attempts:
         self.last_reason = retry.reason
         if self.remaining() <= 0:
             raise self.timed_out()
-        fields = {
-            "api": self.api,
-            "group": self.member.config.group_id,
-            "reason": retry.reason,
-            "attempt": self.attempts,
-        }
-        logger.info("offsets.retry", **fields)
-        self.member._shared.notify("offsets.retry", fields)
+        self.member._shared.announce(
+            "offsets.retry",
+            api=self.api,
+            group=self.member.config.group_id,
+            reason=retry.reason,
+            attempt=self.attempts,
+        )
         pause = min(self._backoff.backoff(self.attempts - 1), max(0.0, self.remaining()))
         await asyncio.sleep(pause / 1000.0)
 
@@ -158,15 +156,14 @@ async def commit_offsets(
             verdict = member._core_call(partial(judge, sent=sent, response=response))
         match verdict:
             case Done():
-                committed = {
-                    "group": request.group_id,
-                    "generation": sent.generation_id,
-                    "partitions": len(request.partitions),
+                member._shared.announce(
+                    "offsets.committed",
+                    group=request.group_id,
+                    generation=sent.generation_id,
+                    partitions=len(request.partitions),
                     # every partition named by its topic id: v10 where the broker has it
-                    "by_topic_id": bool(request.topic_ids),
-                }
-                logger.debug("offsets.committed", **committed)
-                member._shared.notify("offsets.committed", committed)
+                    by_topic_id=bool(request.topic_ids),
+                )
                 return
             case Fail(error=error):
                 raise attempts.fail(error, generation=sent.generation_id)

@@ -220,6 +220,12 @@ class Shared:
             recorder.record(event, fields)
         self.notify(event, fields)
 
+    def announce(self, event: EventName, **fields: Any) -> None:
+        """Log a runtime event at its registered level and call the event hooks (not
+        recorded in the event log)."""
+        log_event(event, **fields)
+        self.notify(event, fields)
+
     def notify(self, event: str, fields: Mapping[str, Any]) -> None:
         """Call the event hooks with ``event`` (on the application's loop): every
         membership event the member logs reaches them, the core's and the runtime's."""
