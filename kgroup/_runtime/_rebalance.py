@@ -287,28 +287,20 @@ class RebalanceDriver:
         for call in calls:
             generation = core.generation if core is not None else Generation(-1, "", None)
             event = _CALLBACK_EVENTS[call.callback]
-            logger.info(
-                event,
-                group=shared.config.group_id,
-                member_id=generation.member_id,
-                generation=generation.generation_id,
-                partitions=sorted(str(tp) for tp in call.partitions),
-            )
+            logged = {
+                "group": shared.config.group_id,
+                "member_id": generation.member_id,
+                "generation": generation.generation_id,
+                "partitions": sorted(str(tp) for tp in call.partitions),
+            }
+            logger.info(event, **logged)
             shared.record(
                 event,
                 member_id=generation.member_id,
                 generation=generation.generation_id,
                 partitions=call.partitions,
             )
-            shared.notify(
-                event,
-                {
-                    "group": shared.config.group_id,
-                    "member_id": generation.member_id,
-                    "generation": generation.generation_id,
-                    "partitions": frozenset(call.partitions),
-                },
-            )
+            shared.notify(event, logged)  # the hooks get the fields of the log line
             method = getattr(shared.listener, call.callback, None)
             if method is None:
                 continue
