@@ -70,6 +70,8 @@ async def test_kgroup_and_aiokafka_share_a_group_and_kgroup_takes_over(
         mine, theirs = set(kg.assignment), set(ak.assignment())
         return bool(mine) and bool(theirs) and not mine & theirs and mine | theirs == everything
 
+    hooked: list[str] = []  # the runtime's events reach event hooks (member guide)
+    kg.member.add_event_hook(lambda event, fields: hooked.append(event))
     await kg.start()
     await ak.start()
     kg_task = asyncio.create_task(run_kgroup())
@@ -107,6 +109,8 @@ async def test_kgroup_and_aiokafka_share_a_group_and_kgroup_takes_over(
         await kg.close()
         await ak.stop()
 
+    assert {"member.partitions_assigned", "member.partitions_revoked"} <= set(hooked)
+    assert "member.left_group" in hooked, hooked
     first = {(p, o) for p in range(PARTITIONS) for o in range(PER_PARTITION)}
     # Each client processed the records of its own partitions while the group was shared.
     assert set(processed["aiokafka"]) & first and set(processed["kgroup"]) & first
