@@ -293,14 +293,13 @@ class RebalanceDriver:
                 "generation": generation.generation_id,
                 "partitions": sorted(str(tp) for tp in call.partitions),
             }
-            logger.info(event, **logged)
+            shared.announce(event, **logged)  # logged, and the hooks get the same fields
             shared.record(
                 event,
                 member_id=generation.member_id,
                 generation=generation.generation_id,
                 partitions=call.partitions,
             )
-            shared.notify(event, logged)  # the hooks get the fields of the log line
             method = getattr(shared.listener, call.callback, None)
             if method is None:
                 continue

@@ -205,19 +205,13 @@ class Shared:
     def observe(self, event: str, **fields: Any) -> None:
         """The core's observer: log the event, then call the event hooks (on the
         application's loop). Runs inside a core call, under the lock."""
-        log_event(cast(EventName, event), **fields)
-        recorder = self.recorder
-        if recorder is not None:
-            recorder.record(event, fields)
-        self.notify(event, fields)
+        self.log(cast(EventName, event), **fields)
 
     def log(self, event: EventName, **fields: Any) -> None:
         """Log a runtime event at its registered level, record it in the event log, and
         call the event hooks."""
         log_event(event, **fields)
-        recorder = self.recorder
-        if recorder is not None:
-            recorder.record(event, fields)
+        self.record(event, **fields)
         self.notify(event, fields)
 
     def announce(self, event: EventName, **fields: Any) -> None:
