@@ -51,6 +51,7 @@ from ._errors import (
 from ._listener import ItemListener, RebalanceListener
 from ._runtime._consumer import GroupConsumer
 from ._runtime._consumer_assignment import NoOffsetForPartition
+from ._runtime._list_offsets import OffsetAndTimestamp
 from ._runtime._member import EventHook, GroupMember
 from ._runtime._offsets import OffsetAndMetadata
 from ._stats import ConsumerStats, MemberStats, Percentiles
@@ -92,6 +93,7 @@ __all__ = [
     "MemberSubscription",
     "NoOffsetForPartition",
     "OffsetAndMetadata",
+    "OffsetAndTimestamp",
     "OffsetsError",
     "Percentiles",
     "ProtocolAssignment",

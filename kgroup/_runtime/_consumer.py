@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer
@@ -47,6 +47,7 @@ from .._log import logger
 from .._stats import ConsumerStats
 from ._consumer_assignment import _ConsumerListener, aio_partition
 from ._consumer_fetch import _ConsumerFetch
+from ._list_offsets import OffsetAndTimestamp, lookup, partition_arg, timestamps_arg
 from ._member import GroupMember
 from ._offsets import OffsetAndMetadata
 from ._security import connection_kwargs
@@ -459,6 +460,105 @@ class GroupConsumer(_ConsumerFetch):
         if known is None:
             raise UsageError(f"position: the position of {part} is not known yet")
         return known
+
+    async def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        """Position the owned ``partitions`` (every owned partition when none are named) at
+        the first record still in their logs. As :meth:`seek_to_end`."""
+        await self._seek_to(partitions, "seek_to_beginning")
+
+    async def seek_to_end(self, *partitions: TopicPartition) -> None:
+        """Position the owned ``partitions`` (every owned partition when none are named) at
+        the end of their logs: only records produced from now on are handed out (with
+        ``isolation_level="read_committed"``, from the last stable offset on).
+
+        The offsets are looked up (ListOffsets) before this returns, so :meth:`position`
+        and :meth:`commit` see them at once; aiokafka's and Java's seeks resolve at the next
+        fetch instead. A partition released while the lookup runs (by a fetch call in
+        another task) is left alone. Raises UsageError for a partition this consumer does
+        not own, and :class:`OffsetsError` or :class:`TopicAuthorizationFailed` when the
+        lookup fails (nothing is moved then)."""
+        await self._seek_to(partitions, "seek_to_end")
+
+    async def _seek_to(self, partitions: tuple[TopicPartition, ...], what: str) -> None:
+        kafka = self._check_open()
+        parts = [self._owned(tp, what) for tp in partitions] or sorted(
+            self._member.assignment - self._releasing
+        )
+        if not parts:
+            return
+        ask = [aio_partition(tp) for tp in parts]
+        call = (
+            kafka.beginning_offsets(ask) if what == "seek_to_beginning" else kafka.end_offsets(ask)
+        )
+        found = await lookup(call, parts, what=what, timeout_ms=self._config.request_timeout_ms)
+        for tp in parts:
+            if tp in found and tp in self._member.assignment and tp not in self._releasing:
+                self.seek(tp, int(found[tp]))
+
+    async def beginning_offsets(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """The offset of the first record still in each partition's log (any partitions of
+        the cluster, owned or not). Raises :class:`OffsetsError` (a partition that does not
+        exist, after ``request_timeout_ms``) or :class:`TopicAuthorizationFailed`."""
+        return await self._offsets(partitions, "beginning_offsets")
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        """The offset the next record produced to each partition will get (with
+        ``isolation_level="read_committed"``: the last stable offset); any partitions of the
+        cluster. Errors as :meth:`beginning_offsets`. The lag of an owned partition is
+        ``end_offsets([tp])[tp] - await position(tp)``."""
+        return await self._offsets(partitions, "end_offsets")
+
+    async def _offsets(
+        self, partitions: Iterable[TopicPartition], what: str
+    ) -> dict[TopicPartition, int]:
+        kafka = self._check_open()
+        if (
+            isinstance(partitions, tuple)
+            and len(partitions) == 2
+            and isinstance(partitions[0], str)
+        ):
+            raise TypeError(f"{what}: expected an iterable of TopicPartition, got {partitions!r}")
+        parts = sorted({partition_arg(tp, what) for tp in partitions})
+        if not parts:
+            return {}
+        ask = [aio_partition(tp) for tp in parts]
+        call = (
+            kafka.beginning_offsets(ask) if what == "beginning_offsets" else kafka.end_offsets(ask)
+        )
+        found = await lookup(call, parts, what=what, timeout_ms=self._config.request_timeout_ms)
+        return {tp: int(offset) for tp, offset in found.items()}
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the first record whose timestamp is at or after the time
+        given (milliseconds since the epoch), as an :class:`OffsetAndTimestamp`; None when
+        the partition has no such record. ``seek()`` to its offset to replay from a time.
+        Errors as :meth:`beginning_offsets`."""
+        kafka = self._check_open()
+        wanted = timestamps_arg(timestamps, "offsets_for_times")
+        if not wanted:
+            return {}
+        call = kafka.offsets_for_times({aio_partition(tp): ms for tp, ms in wanted.items()})
+        found = await lookup(
+            call, wanted, what="offsets_for_times", timeout_ms=self._config.request_timeout_ms
+        )
+        return {
+            tp: None if hit is None else OffsetAndTimestamp(int(hit.offset), int(hit.timestamp))
+            for tp, hit in ((tp, found.get(tp)) for tp in wanted)
+        }
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The owned partition's high watermark as of its last fetch response (None before
+        the first): the offset the next record produced will get."""
+        part = self._owned(tp, "highwater")
+        kafka = self._check_open()
+        if part not in self._fetching:
+            return None
+        value = kafka.highwater(aio_partition(part))
+        return None if value is None else int(value)
 
     # -- commits ---------------------------------------------------------------------------------
 

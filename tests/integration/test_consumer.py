@@ -29,8 +29,10 @@ from kgroup import (
     GroupConsumer,
     NoOffsetForPartition,
     OffsetAndMetadata,
+    OffsetsError,
     RebalanceInProgress,
     TopicPartition,
+    UsageError,
 )
 from kgroup.testing import (
     Broker,
@@ -252,6 +254,99 @@ async def test_offset_reset_policies(
             while len(got) < 2:
                 got += [r.offset for r in (await latest.getmany(timeout=1)).get(tp, [])]
         assert got == [3, 4]
+
+
+@pytest.mark.kafka
+async def test_seek_to_beginning_and_end_and_offset_lookups(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    # Kafka only: tansu answers ListOffsets(latest) with its last batch's base offset + 1
+    # (docs/design/brokers.md), so its end offsets are not the log's end.
+    broker = kafka_broker
+    topic = make_topic(2)
+    await produce(broker.bootstrap, topic, 5, 2)
+    tp0, tp1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    cfg = config(broker.bootstrap, unique_group, topic)
+    consumer = GroupConsumer(
+        cfg, auto_offset_reset="earliest", enable_auto_commit=False, value_deserializer=bytes.decode
+    )
+    async with consumer:
+        # Lookups need no assignment.
+        assert await consumer.beginning_offsets([tp0, tp1]) == {tp0: 0, tp1: 0}
+        assert await consumer.end_offsets([tp0, tp1]) == {tp0: 5, tp1: 5}
+        async with asyncio.timeout(30):
+            while consumer.assignment != {tp0, tp1}:
+                await consumer.getmany(timeout=0.2, max_records=1)
+        assert consumer.highwater(tp0) in (None, 5)
+
+        # seek_to_end() with no partitions moves every owned one, at once.
+        await consumer.seek_to_end()
+        assert (await consumer.position(tp0), await consumer.position(tp1)) == (5, 5)
+        produced_from = int(time.time() * 1000)
+        await produce(broker.bootstrap, topic, 3, 2)  # offsets 5, 6, 7
+        got: dict[int, list[int]] = {0: [], 1: []}
+        async with asyncio.timeout(30):
+            while len(got[0]) + len(got[1]) < 6:
+                for tp, records in (await consumer.getmany(timeout=1)).items():
+                    got[tp.partition] += [r.offset for r in records]
+        assert got == {0: [5, 6, 7], 1: [5, 6, 7]}  # nothing from before the seek
+        assert consumer.highwater(tp0) == 8
+
+        # One partition back to its beginning; the other stays where it is.
+        await consumer.seek_to_beginning(tp1)
+        assert (await consumer.position(tp0), await consumer.position(tp1)) == (8, 0)
+        batch = await consumer.getmany(tp1, timeout=10, max_records=2)
+        assert [r.offset for r in batch[tp1]] == [0, 1]
+
+        # commit() commits where seek_to_end() put the partition.
+        await consumer.seek_to_end(tp1)
+        await consumer.commit()
+        assert await consumer.committed(tp1) == 8
+
+        # A time: the first record at or after it; None past the last record.
+        found = await consumer.offsets_for_times({tp0: produced_from, tp1: 2**62})
+        assert found[tp1] is None
+        hit = found[tp0]
+        assert hit is not None
+        assert hit.offset == 5
+        assert hit.timestamp >= produced_from
+        consumer.seek(tp0, hit.offset)
+        batch = await consumer.getmany(tp0, timeout=10, max_records=1)
+        assert [r.value for r in batch[tp0]] == ["0:0"]  # the second produce's first record
+
+        # Bad input is named; nothing moves.
+        other = TopicPartition(topic, 7)
+        with pytest.raises(UsageError, match=r"seek_to_end: partition .*-7 is not assigned"):
+            await consumer.seek_to_end(tp0, other)
+        assert await consumer.position(tp0) == 6
+        with pytest.raises(TypeError, match="end_offsets: expected an iterable"):
+            await consumer.end_offsets(tp0)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="offsets_for_times: the time for"):
+            await consumer.offsets_for_times({tp0: -1})
+        with pytest.raises(UsageError, match="highwater"):
+            consumer.highwater(other)
+    with pytest.raises(UsageError, match="closed"):
+        await consumer.end_offsets([tp0])
+
+
+@pytest.mark.kafka
+async def test_offset_lookup_of_a_missing_topic_fails_with_offsets_error(
+    kafka_broker: KafkaBroker, make_topic: Callable[..., str], unique_group: str
+) -> None:
+    topic = make_topic(1)
+    cfg = config(kafka_broker.bootstrap, unique_group, topic, request_timeout_ms=2_000)
+    async with GroupConsumer(cfg) as consumer:
+        missing = TopicPartition(topic + "-missing", 0)
+        started = time.monotonic()
+        with pytest.raises(OffsetsError) as info:
+            await consumer.end_offsets([missing, TopicPartition(topic, 0)])
+        assert info.value.api == "ListOffsets"
+        assert "-missing-0" in str(info.value)
+        assert time.monotonic() - started < 30
+        # The consumer goes on working.
+        assert await consumer.end_offsets([TopicPartition(topic, 0)]) == {
+            TopicPartition(topic, 0): 0
+        }
 
 
 # -- 2. exactly once across a rolling restart with graceful leaves (Kafka) ---------------------

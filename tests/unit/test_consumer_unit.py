@@ -4,12 +4,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from typing import Any
 
 import pytest
 import structlog
+from aiokafka.errors import (
+    KafkaTimeoutError,
+    TopicAuthorizationFailedError,
+    UnknownTopicOrPartitionError,
+)
+from aiokafka.structs import TopicPartition as AioTopicPartition
 
-from kgroup import ConfigError, GroupConfig, GroupConsumer, TopicPartition, UsageError
+from kgroup import (
+    ConfigError,
+    GroupConfig,
+    GroupConsumer,
+    OffsetsError,
+    TopicAuthorizationFailed,
+    TopicPartition,
+    UsageError,
+)
+from kgroup._runtime._list_offsets import lookup, partition_arg, timestamps_arg
 
 
 def cfg(**overrides: Any) -> GroupConfig:
@@ -61,8 +77,81 @@ async def test_calls_before_start_are_usage_errors() -> None:
     assert consumer.assignment == frozenset()
     assert consumer.paused() == frozenset()
     assert consumer.stats().records_delivered == 0
+    with pytest.raises(UsageError, match="not started"):
+        await consumer.end_offsets([tp])
+    with pytest.raises(UsageError, match="not started"):
+        await consumer.offsets_for_times({tp: 0})
+    with pytest.raises(UsageError, match="not started"):
+        await consumer.seek_to_end(tp)
+    with pytest.raises(UsageError, match="highwater: partition t-0 is not assigned"):
+        consumer.highwater(tp)
     await consumer.close()  # closing an unstarted consumer is fine, and idempotent
     await consumer.close()
+
+
+# -- offset lookups (kgroup/_runtime/_list_offsets.py) ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("arg", "error", "message"),
+    [
+        ("t", TypeError, "expected a TopicPartition, got 't'"),
+        (("t", 0, 1), TypeError, "expected a TopicPartition"),
+        (("", 0), TypeError, "a topic must be a non-empty str"),
+        ((b"t", 0), TypeError, "a topic must be a non-empty str"),
+        (("t", -1), ValueError, "a partition must be an int >= 0, got -1"),
+        (("t", True), ValueError, "a partition must be an int >= 0, got True"),
+    ],
+)
+def test_a_bad_partition_is_named(arg: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=re.escape(f"end_offsets: {message}")):
+        partition_arg(arg, "end_offsets")
+
+
+@pytest.mark.parametrize(
+    ("arg", "error", "message"),
+    [
+        ([("t", 0)], TypeError, "expected a mapping"),
+        ({("t", 0): -5}, ValueError, "the time for t-0 must be an int >= 0"),
+        ({("t", 0): 1.5}, ValueError, "the time for t-0 must be an int >= 0"),
+        ({("t", 0): None}, ValueError, "the time for t-0 must be an int >= 0"),
+        ({"t": 0}, TypeError, "expected a TopicPartition"),
+    ],
+)
+def test_bad_times_are_named(arg: Any, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=re.escape(f"offsets_for_times: {message}")):
+        timestamps_arg(arg, "offsets_for_times")
+
+
+async def _raising(exc: BaseException) -> dict[Any, int]:
+    raise exc
+
+
+async def test_lookup_failures_become_kgroup_errors_naming_the_partitions() -> None:
+    asked = [TP0, TopicPartition("u", 3)]
+    with pytest.raises(OffsetsError, match=r"end_offsets: no offsets for t-0, u-3 within") as info:
+        await lookup(_raising(KafkaTimeoutError()), asked, what="end_offsets", timeout_ms=2000)
+    assert (info.value.api, info.value.error_code) == ("ListOffsets", None)
+    with pytest.raises(TopicAuthorizationFailed) as denied:
+        await lookup(
+            _raising(TopicAuthorizationFailedError()), asked, what="end_offsets", timeout_ms=1
+        )
+    assert denied.value.topics == ("t", "u")
+    with pytest.raises(OffsetsError, match="refused the lookup of t-0, u-3") as refused:
+        await lookup(_raising(UnknownTopicOrPartitionError()), asked, what="x", timeout_ms=1)
+    assert refused.value.error_code == UnknownTopicOrPartitionError.errno
+    # A kgroup bug (not a broker answer) is not disguised as one.
+    with pytest.raises(KeyError):
+        await lookup(_raising(KeyError("bug")), asked, what="x", timeout_ms=1)
+
+
+async def test_lookup_answers_are_keyed_by_kgroup_partitions() -> None:
+    async def answer() -> dict[Any, int]:
+        return {AioTopicPartition("t", 0): 7}
+
+    found = await lookup(answer(), [TP0], what="end_offsets", timeout_ms=1)
+    assert found == {TP0: 7}
+    assert type(next(iter(found))) is TopicPartition
 
 
 # -- the batch in hand (kgroup/_runtime/_consumer_drain.py) -----------------------------------
