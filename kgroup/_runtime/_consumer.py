@@ -47,7 +47,7 @@ from .._log import logger
 from .._stats import ConsumerStats
 from ._consumer_assignment import _ConsumerListener, aio_partition
 from ._consumer_fetch import _ConsumerFetch
-from ._list_offsets import OffsetAndTimestamp, lookup, partition_arg, timestamps_arg
+from ._list_offsets import OffsetAndTimestamp, log_offsets, time_offsets
 from ._member import GroupMember
 from ._offsets import OffsetAndMetadata
 from ._security import connection_kwargs
@@ -484,16 +484,12 @@ class GroupConsumer(_ConsumerFetch):
         parts = [self._owned(tp, what) for tp in partitions] or sorted(
             self._member.assignment - self._releasing
         )
-        if not parts:
-            return
-        ask = [aio_partition(tp) for tp in parts]
-        call = (
-            kafka.beginning_offsets(ask) if what == "seek_to_beginning" else kafka.end_offsets(ask)
+        found = await log_offsets(
+            kafka, parts, end=what == "seek_to_end", what=what, config=self._config
         )
-        found = await lookup(call, parts, what=what, timeout_ms=self._config.request_timeout_ms)
-        for tp in parts:
-            if tp in found and tp in self._member.assignment and tp not in self._releasing:
-                self.seek(tp, int(found[tp]))
+        for tp, offset in found.items():
+            if tp in self._member.assignment and tp not in self._releasing:
+                self.seek(tp, offset)
 
     async def beginning_offsets(
         self, partitions: Iterable[TopicPartition]
@@ -501,34 +497,20 @@ class GroupConsumer(_ConsumerFetch):
         """The offset of the first record still in each partition's log (any partitions of
         the cluster, owned or not). Raises :class:`OffsetsError` (a partition that does not
         exist, after ``request_timeout_ms``) or :class:`TopicAuthorizationFailed`."""
-        return await self._offsets(partitions, "beginning_offsets")
+        kafka = self._check_open()
+        return await log_offsets(
+            kafka, partitions, end=False, what="beginning_offsets", config=self._config
+        )
 
     async def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         """The offset the next record produced to each partition will get (with
         ``isolation_level="read_committed"``: the last stable offset); any partitions of the
         cluster. Errors as :meth:`beginning_offsets`. The lag of an owned partition is
         ``end_offsets([tp])[tp] - await position(tp)``."""
-        return await self._offsets(partitions, "end_offsets")
-
-    async def _offsets(
-        self, partitions: Iterable[TopicPartition], what: str
-    ) -> dict[TopicPartition, int]:
         kafka = self._check_open()
-        if (
-            isinstance(partitions, tuple)
-            and len(partitions) == 2
-            and isinstance(partitions[0], str)
-        ):
-            raise TypeError(f"{what}: expected an iterable of TopicPartition, got {partitions!r}")
-        parts = sorted({partition_arg(tp, what) for tp in partitions})
-        if not parts:
-            return {}
-        ask = [aio_partition(tp) for tp in parts]
-        call = (
-            kafka.beginning_offsets(ask) if what == "beginning_offsets" else kafka.end_offsets(ask)
+        return await log_offsets(
+            kafka, partitions, end=True, what="end_offsets", config=self._config
         )
-        found = await lookup(call, parts, what=what, timeout_ms=self._config.request_timeout_ms)
-        return {tp: int(offset) for tp, offset in found.items()}
 
     async def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int]
@@ -537,18 +519,7 @@ class GroupConsumer(_ConsumerFetch):
         given (milliseconds since the epoch), as an :class:`OffsetAndTimestamp`; None when
         the partition has no such record. ``seek()`` to its offset to replay from a time.
         Errors as :meth:`beginning_offsets`."""
-        kafka = self._check_open()
-        wanted = timestamps_arg(timestamps, "offsets_for_times")
-        if not wanted:
-            return {}
-        call = kafka.offsets_for_times({aio_partition(tp): ms for tp, ms in wanted.items()})
-        found = await lookup(
-            call, wanted, what="offsets_for_times", timeout_ms=self._config.request_timeout_ms
-        )
-        return {
-            tp: None if hit is None else OffsetAndTimestamp(int(hit.offset), int(hit.timestamp))
-            for tp, hit in ((tp, found.get(tp)) for tp in wanted)
-        }
+        return await time_offsets(self._check_open(), timestamps, config=self._config)
 
     def highwater(self, tp: TopicPartition) -> int | None:
         """The owned partition's high watermark as of its last fetch response (None before

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
+from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -18,10 +19,18 @@ from aiokafka.errors import (
 )
 from aiokafka.structs import TopicPartition as AioTopicPartition
 
+from .._config import GroupConfig
 from .._core._consumer_protocol import TopicPartition
 from .._errors import OffsetsError, TopicAuthorizationFailed
 
-__all__ = ["OffsetAndTimestamp", "lookup", "partition_arg", "timestamps_arg"]
+__all__ = [
+    "OffsetAndTimestamp",
+    "log_offsets",
+    "lookup",
+    "partition_arg",
+    "time_offsets",
+    "timestamps_arg",
+]
 
 _T = TypeVar("_T")
 
@@ -100,3 +109,39 @@ async def lookup(
             error_code=code if isinstance(code, int) else None,
         ) from exc
     return {TopicPartition(tp.topic, tp.partition): value for tp, value in found.items()}
+
+
+async def log_offsets(
+    kafka: AIOKafkaConsumer,
+    partitions: Iterable[object],
+    *,
+    end: bool,
+    what: str,
+    config: GroupConfig,
+) -> dict[TopicPartition, int]:
+    """Where the logs of ``partitions`` begin (``end`` False) or end, through ``kafka``."""
+    if isinstance(partitions, tuple) and len(partitions) == 2 and isinstance(partitions[0], str):
+        raise TypeError(f"{what}: expected an iterable of TopicPartition, got {partitions!r}")
+    parts = sorted({partition_arg(tp, what) for tp in partitions})
+    if not parts:
+        return {}
+    ask = [aio(tp) for tp in parts]
+    call = kafka.end_offsets(ask) if end else kafka.beginning_offsets(ask)
+    found = await lookup(call, parts, what=what, timeout_ms=config.request_timeout_ms)
+    return {tp: int(offset) for tp, offset in found.items()}
+
+
+async def time_offsets(
+    kafka: AIOKafkaConsumer, timestamps: object, *, config: GroupConfig
+) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+    """Per partition, the first record at or after its time (None if there is none)."""
+    what = "offsets_for_times"
+    wanted = timestamps_arg(timestamps, what)
+    if not wanted:
+        return {}
+    call = kafka.offsets_for_times({aio(tp): ms for tp, ms in wanted.items()})
+    found = await lookup(call, wanted, what=what, timeout_ms=config.request_timeout_ms)
+    return {
+        tp: None if hit is None else OffsetAndTimestamp(int(hit.offset), int(hit.timestamp))
+        for tp, hit in ((tp, found.get(tp)) for tp in wanted)
+    }
