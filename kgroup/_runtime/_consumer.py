@@ -161,6 +161,7 @@ class GroupConsumer(_ConsumerFetch):
         self._member = GroupMember(config, listener=_ConsumerListener(self))
         self._kafka: AIOKafkaConsumer | None = None
         self._started = False
+        self._ready = False
         self._closing = False
         self._closed = False
         # The drain (``_consumer_drain``): close() in a handoff while another task fetches.
@@ -280,6 +281,7 @@ class GroupConsumer(_ConsumerFetch):
             await kafka.stop()
             await self._member.close()
             raise
+        self._ready = True
         logger.info("consumer.started", group=cfg.group_id, topics=list(cfg.topics))
 
     async def close(self, handoff: bool | None = None) -> None:
@@ -553,8 +555,8 @@ class GroupConsumer(_ConsumerFetch):
         (the revoked partitions from inside the revoke callback). With no ``offsets`` once
         the partitions are being released, or after ``close()``, it does nothing: the revoke
         commits them (a task that was processing while close() ran may commit as usual)."""
-        if not self._started or self._kafka is None:
-            self._check_open()  # not started: UsageError
+        if not self._ready or self._kafka is None:
+            self._check_open()  # not started, or starting: UsageError
         if offsets is None:
             targets = {
                 tp: OffsetAndMetadata(pos)

@@ -27,6 +27,7 @@ class _ConsumerFetch(_ConsumerAssignment):
     """The fetch layer of :class:`~kgroup.GroupConsumer`."""
 
     _started: bool
+    _ready: bool  # start() has returned
     _poll_lock: asyncio.Lock
     _poll_slice: float
     _records_delivered: int
@@ -37,6 +38,8 @@ class _ConsumerFetch(_ConsumerAssignment):
     def _check_open(self) -> AIOKafkaConsumer:
         if self._kafka is None or not self._started:
             raise UsageError("GroupConsumer is not started: use 'async with' or await start()")
+        if not self._ready and not (self._closed or self._closing):
+            raise UsageError("GroupConsumer is starting: call it once start() has returned")
         if self._closed or self._closing:
             raise UsageError("GroupConsumer is closed")
         return self._kafka

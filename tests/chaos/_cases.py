@@ -34,6 +34,8 @@ class ChaosCase:
     broker: str
     seed: int
     soak: bool = False
+    #: GroupConsumers consuming and committing records (the schedule's ``records``)
+    records: bool = False
 
     @property
     def test(self) -> str:
@@ -41,9 +43,10 @@ class ChaosCase:
 
     def replay(self) -> str:
         slow = " --run-slow" if self.soak else ""
+        records = " --chaos-records" if self.records else ""
         return (
             f'python -m pytest tests/chaos -k "{self.test} and {self.broker}" '
-            f"--chaos-seed {self.seed}{slow} -s"
+            f"--chaos-seed {self.seed}{records}{slow} -s"
         )
 
 

@@ -39,6 +39,15 @@ is the member epoch, which differs from member to member.
 processes: ``handoff_for``): under classic cooperative-sticky a rejoin marked as leaving
 first, under the consumer protocol a wait for the group's next heartbeat tick.
 
+``--consume`` runs a :class:`kgroup.GroupConsumer` instead (the same listener and lines; its
+member is ``consumer.member``): every fetch call is a poll, each batch is "processed" for
+``--process-ms`` and then committed (auto-commit off), and two more kinds of line report
+it: ``records`` (``partition``, ``first`` and ``last`` offset of a batch, written once it
+is processed, before its commit) and ``committed`` (``partition``, ``offset``: the commit
+of that batch returned); a commit that raises gives ``commit_failed`` (``type``). A start
+that fails (no bootstrap broker answers: a broker restart) gives ``start_failed`` and is
+retried with a new GroupConsumer, as an application would.
+
 kgroup's own logs (structlog) go to stderr, which the runner writes to the member's log
 file. Run by hand::
 
@@ -153,7 +162,16 @@ def _parts(partitions: Any) -> list[list[Any]]:
 
 
 async def run(a: argparse.Namespace) -> None:
-    from kgroup import FencedInstanceId, GroupConfig, GroupError, GroupMember
+    from kgroup import (
+        CommitFailed,
+        FencedInstanceId,
+        GroupConfig,
+        GroupConsumer,
+        GroupError,
+        GroupMember,
+        OffsetsError,
+        RebalanceInProgress,
+    )
     from kgroup._core._member import MemberCore
 
     loop = asyncio.get_running_loop()
@@ -269,14 +287,65 @@ async def run(a: argparse.Namespace) -> None:
         if event == "member.state_changed":
             loop.call_soon(emit_status)  # after the core finished the transition
 
-    member = GroupMember(config, listener=Listener())
-    member.add_event_hook(observer)
+    def new_consumer() -> GroupConsumer:
+        made = GroupConsumer(
+            config, listener=Listener(), auto_offset_reset="earliest", enable_auto_commit=False
+        )
+        made.member.add_event_hook(observer)
+        return made
+
+    consumer: GroupConsumer | None = None
+    if a.consume:
+        consumer = new_consumer()
+        member = consumer.member
+    else:
+        member = GroupMember(config, listener=Listener())
+        member.add_event_hook(observer)
+
+    async def start_consumer() -> GroupConsumer:
+        """Start the GroupConsumer; when no bootstrap broker answers (a broker restart),
+        the application's retry: a new GroupConsumer, half a second later."""
+        nonlocal consumer, member
+        while True:
+            assert consumer is not None
+            try:
+                await consumer.start()
+            except Exception as exc:
+                emit("start_failed", type=type(exc).__name__, message=str(exc))
+                await asyncio.sleep(0.5)
+                consumer = new_consumer()
+                member = consumer.member
+            else:
+                return consumer
+
+    async def consume(consumer: GroupConsumer) -> None:
+        """One fetch call, the batch's processing, and its commit."""
+        batch = await consumer.getmany(timeout=a.poll_timeout, max_records=a.max_records)
+        if not batch:
+            return
+        await asyncio.sleep(a.process_ms / 1000.0)  # the application's processing
+        for tp, records in sorted(batch.items()):
+            emit(
+                "records", partition=tp.partition, first=records[0].offset, last=records[-1].offset
+            )
+        offsets = {tp: records[-1].offset + 1 for tp, records in batch.items()}
+        try:
+            await consumer.commit(offsets)
+        except (CommitFailed, RebalanceInProgress, OffsetsError) as exc:
+            emit("commit_failed", type=type(exc).__name__, message=str(exc))
+            return
+        for tp, offset in sorted(offsets.items()):
+            emit("committed", partition=tp.partition, offset=offset)
 
     async def poll_loop() -> None:
+        started = await start_consumer() if consumer is not None else None
         failures = 0
         while True:
             try:
-                await member.poll(timeout=a.poll_timeout)
+                if started is not None:
+                    await consume(started)
+                else:
+                    await member.poll(timeout=a.poll_timeout)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -304,7 +373,8 @@ async def run(a: argparse.Namespace) -> None:
         topics=list(config.topics),
         pattern=config.topic_pattern,
     )
-    await member.start()
+    if consumer is None:
+        await member.start()  # connects nothing: the first poll() does
     with contextlib.suppress(asyncio.CancelledError):
         await poll_task
     emit("closing")
@@ -312,7 +382,7 @@ async def run(a: argparse.Namespace) -> None:
     started = time.monotonic()
     close_error = None
     try:
-        await member.close()
+        await (member.close() if consumer is None else consumer.close())
     except Exception as exc:
         close_error = f"{type(exc).__name__}: {exc}"
     close_s = time.monotonic() - started
@@ -363,6 +433,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metadata-max-age-ms", type=int, default=0, help="0: kgroup's default")
     p.add_argument("--pattern", default="", help="subscribe with this regex, not --topic")
     p.add_argument("--handoff", action="store_true", help="close with handoff_on_close")
+    p.add_argument("--consume", action="store_true", help="a GroupConsumer (see above)")
+    p.add_argument("--process-ms", type=int, default=20, help="--consume: per batch")
+    p.add_argument("--max-records", type=int, default=10, help="--consume: per batch")
     p.add_argument("--log-level", default="info")
     return p.parse_args(argv)
 

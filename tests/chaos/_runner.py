@@ -79,6 +79,7 @@ from ._kip848 import (
     why_not_stable_consumer,
 )
 from ._procs import MemberProc, RunResult, spawn_process
+from ._records import RecordLedger, RecordStream
 from ._schedule import MemberSpec, Schedule, assignors_for, handoff_for, protocol_for
 from ._steps import StepDriver
 from ._target import Target
@@ -98,6 +99,8 @@ TOPIC_CHANGE_METADATA_MS = 1000
 REGEX_REFRESH_S = 10.0
 #: Seconds for the first stable group (every member starting and joining, one by one).
 INITIAL_STABLE_BOUND = {"kafka": 60.0, "tansu": 90.0, "mock": 90.0}
+#: ``records`` schedules: how long the stable group has to process every acknowledged record.
+RECORDS_DRAIN_BOUND = 60.0
 #: Slack for processes on a loaded 2-core machine: a new member's interpreter start, a
 #: SIGCONT'd process catching up, the 0.5 s status lag.
 PROCESS_SLACK = 4.0
@@ -201,6 +204,9 @@ class ChaosRunner:
         self._started = time.monotonic()
         self._clock = (time.time(), self._started)  # wall and monotonic, for the broker's log
         self._steps = StepDriver(self)
+        #: ``records`` schedules: the stream produced and what the GroupConsumers reported.
+        self.stream: RecordStream | None = None
+        self.ledger = RecordLedger()
         self._timeline = (workdir / "timeline.txt").open("w")
         self.result = RunResult(schedule, workdir, replay)
         self.result.bound, self.result.bound_terms = stable_bound(schedule)
@@ -276,6 +282,8 @@ class ChaosRunner:
             argv += ["--metadata-max-age-ms", str(TOPIC_CHANGE_METADATA_MS)]
         if handoff_for(self.schedule.seed, name):
             argv.append("--handoff")
+        if self.schedule.records:
+            argv.append("--consume")
         if self.schedule.pattern:
             # Only this group's topic: its name is unique (the tag), has no character
             # special to a regex (Python's or RE2/J's), and ``.*`` matches "".
@@ -463,6 +471,16 @@ class ChaosRunner:
             mp.ready.set()
         elif event == "assigned":
             self.ownership.assigned(mp.name, _tps(rec), int(rec.get("generation", -1)), at)
+            self.ledger.assigned(mp.name, at, [tp.partition for tp in _tps(rec)])
+        elif event == "records":
+            first, last = int(rec["first"]), int(rec["last"])
+            self.ledger.records(mp.name, at, int(rec["partition"]), first, last)
+        elif event == "committed":
+            self.ledger.committed(mp.name, at, int(rec["partition"]), int(rec["offset"]))
+        elif event == "commit_failed":
+            self.ledger.failed_commits += 1
+        elif event == "start_failed":
+            self.note(f"{mp.name}: start() failed, retried: {rec.get('type')}")
         elif event == "revoked":
             self.ownership.revoked(mp.name, _tps(rec), at)
             if rec.get("cancelled"):
@@ -726,6 +744,10 @@ class ChaosRunner:
         done = await group_setup(s, self.target.direct_bootstrap, self.group)
         if done is not None:
             self.note(done)
+        if s.records:
+            self.stream = RecordStream(self.target.direct_bootstrap, self.topic, s.partitions)
+            await self.stream.start()
+            self.note("producing records (invariant 5)")
         for spec in s.members:
             await self.spawn(spec)
         initial_bound = INITIAL_STABLE_BOUND[s.broker]
@@ -773,6 +795,8 @@ class ChaosRunner:
                 self.result.broker_stalls += 1
                 self.result.notes.append(f"{text}. Not counted against kgroup: {stall}")
                 self.note(f"BROKER STALL: {stall}")
+        if self.stream is not None:
+            await self._records_processed()
         if s.protocol == "migration-back" and isinstance(self.target.broker, KafkaBroker):
             converted = self._conversions()
             self.result.notes.append(f"the broker converted the group: {', '.join(converted)}")
@@ -780,6 +804,37 @@ class ChaosRunner:
                 self.fail("invariant 2: stable, but the broker's log ends with no conversion back")
         await self._close_all()
         self._final_checks()
+
+    async def _records_processed(self) -> None:
+        """Stop the stream, then wait for every acknowledged record to be processed
+        (invariant 5's first half)."""
+        stream = self.stream
+        assert stream is not None
+        await stream.stop()
+        self.note(
+            f"stopped producing: {stream.total} records acknowledged, "
+            f"{stream.failed_sends} sends failed"
+        )
+        why = await self.wait_for(
+            lambda: (
+                f"{sum(map(len, missing.values()))} not processed"
+                if (missing := self.ledger.missing(stream.acked))
+                else None
+            ),
+            RECORDS_DRAIN_BOUND,
+        )
+        led = self.ledger
+        self.note(
+            f"records: {led.batches} batches processed ({led.repeats} records again), "
+            f"{led.commits} commits returned, {led.failed_commits} commits failed"
+        )
+        if why is not None:
+            missing = self.ledger.missing(stream.acked)
+            first = {p: offsets[:5] for p, offsets in sorted(missing.items())}
+            self.fail(
+                f"invariant 5: {why} within {RECORDS_DRAIN_BOUND:.0f} s of the stable group "
+                f"(partition: first offsets missing) {first}"
+            )
 
     # -- the timeline -------------------------------------------------------------------------
 
@@ -879,6 +934,8 @@ class ChaosRunner:
 
     async def _cleanup(self) -> None:
         """Whatever happened: no process, reader or background task outlives the run."""
+        if self.stream is not None:
+            await self.stream.stop()
         if self._background:
             # Broker restarts run in threads, which a cancel would not stop: let them end
             # (each is bounded by the broker's own start timeout) before the broker is closed.

@@ -400,6 +400,9 @@ class Schedule:
     #: consumer protocol) instead of the topic's name; Java and confluent members keep the
     #: name.
     pattern: bool = False
+    #: The kgroup members are GroupConsumers: they consume records the runner produces
+    #: through the run and commit after every batch (invariant 5: at least once).
+    records: bool = False
 
     # -- views ------------------------------------------------------------------------------
 
@@ -463,6 +466,7 @@ class Schedule:
         topics = "topics-" if self.topic_changes else ""
         topics += "regex-" if self.pattern else ""
         topics += "named-" if self.named_topics else ""
+        topics += "records-" if self.records else ""
         return (
             f"{self.broker}-{protocol}{kind}-{assignor}-{len(self.members)}m-{java}{topics}"
             f"seed{self.seed}"
@@ -487,6 +491,7 @@ class Schedule:
             "remote_assignor": self.remote_assignor,
             "topic_changes": self.topic_changes,
             "pattern": self.pattern,
+            "records": self.records,
             "steps": [s.to_json() for s in self.steps],
         }
 
@@ -515,6 +520,7 @@ class Schedule:
             remote_assignor=str(data.get("remote_assignor", "")),
             topic_changes=bool(data.get("topic_changes", False)),
             pattern=bool(data.get("pattern", False)),
+            records=bool(data.get("records", False)),
         )
 
     def __str__(self) -> str:
@@ -541,6 +547,8 @@ class Schedule:
             protocol += "; kgroup members subscribe with a pattern"
         if self.named_topics:
             protocol += "; members subscribe by name to a topic created later"
+        if self.records:
+            protocol += "; GroupConsumers consume and commit records produced through the run"
         lines = [
             f"schedule {self.label}: {self.partitions} partitions, members {members}{protocol}",
             f"  session {t.session_ms} ms, heartbeat {t.heartbeat_ms} ms, max poll "

@@ -4,6 +4,7 @@ that cover :data:`DEFAULT_REQUIREMENTS`, the default run's cases."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -18,7 +19,14 @@ from ._schedule import (
     make_schedule,
 )
 
-__all__ = ["DEFAULT_REQUIREMENTS", "default_cases", "schedule_for"]
+__all__ = [
+    "DEFAULT_REQUIREMENTS",
+    "RECORDS_REQUIREMENTS",
+    "default_cases",
+    "records_cases",
+    "records_fit",
+    "schedule_for",
+]
 
 
 def schedule_for(broker: str, seed: int, **overrides: Any) -> Schedule:
@@ -62,8 +70,60 @@ def schedule_for(broker: str, seed: int, **overrides: Any) -> Schedule:
         params["topic_changes"] = grows and not classic_java
         # Another draw of its own: the members' subscription, not the faults.
         params["pattern"] = random.Random(f"pattern:kafka:{seed}").random() < PATTERN_PROBABILITY
+    records = bool(overrides.pop("records", False))
     params.update(overrides)
-    return make_schedule(seed, broker=broker, **params)
+    schedule = make_schedule(seed, broker=broker, **params)
+    return dataclasses.replace(schedule, records=True) if records else schedule
+
+
+def records_fit(schedule: Schedule) -> bool:
+    """Whether ``schedule`` can run with GroupConsumers (``records``): a Kafka group of kgroup
+    members only (a Java or confluent member consumes nothing), on one topic that keeps its
+    partitions (invariant 5 counts a fixed set of partitions)."""
+    return (
+        schedule.broker == "kafka"
+        and not schedule.foreign_slots
+        and not schedule.topic_changes
+        and not schedule.pattern
+        and not schedule.named_topics
+    )
+
+
+#: The default run's GroupConsumer cases (``records``): (description, predicate).
+RECORDS_REQUIREMENTS: tuple[tuple[str, Callable[[Schedule], bool]], ...] = (
+    (
+        "GroupConsumers, classic protocol: a crash, a black hole and a broker restart",
+        lambda s: s.protocol == "classic" and _has("crash", "black_hole", "broker_restart")(s),
+    ),
+    (
+        "GroupConsumers, consumer protocol: a crash and a pause",
+        lambda s: s.protocol == "consumer" and _has("crash", "pause")(s),
+    ),
+)
+
+
+def records_cases(*, max_members: int = 5, max_seed: int = 10_000) -> list[int]:
+    """The Kafka seeds of the default run's GroupConsumer cases: for each of
+    :data:`RECORDS_REQUIREMENTS`, the smallest seed that fits it and is not a default case
+    already (pure and deterministic)."""
+    seeds: list[int] = []
+    taken = {seed for broker, seed in default_cases() if broker == "kafka"}
+    for what, predicate in RECORDS_REQUIREMENTS:
+        for seed in range(1, max_seed):
+            schedule = schedule_for("kafka", seed)
+            if (
+                seed not in seeds
+                and seed not in taken
+                and schedule.protocol != "migration-back"
+                and len(schedule.members) <= max_members
+                and records_fit(schedule)
+                and predicate(schedule)
+            ):
+                seeds.append(seed)
+                break
+        else:  # pragma: no cover - the generator changed so much that nothing qualifies
+            raise LookupError(f"no Kafka seed below {max_seed} gives {what}")
+    return seeds
 
 
 def _has(*kinds: str) -> Callable[[Schedule], bool]:

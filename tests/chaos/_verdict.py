@@ -45,9 +45,13 @@ BROKER_QUIRK_ERRORS: dict[str, tuple[tuple[str, str, str], ...]] = {
 
 
 def final_checks(runner: ChaosRunner) -> None:
-    """Invariants 1, 3 and 4 over everything the run recorded (the module docstring); each
-    breach is a failure of the run (``runner.fail``), each tolerated overlap a note."""
+    """Invariants 1, 3 and 4 over everything the run recorded (the module docstring), and
+    the second half of invariant 5 (:mod:`._records`); each breach is a failure of the run
+    (``runner.fail``), each tolerated overlap a note."""
     s = runner.schedule
+    if s.records:
+        for text in runner.ledger.duplicates_below_commits():
+            runner.fail(f"invariant 5: {text}")
     # Invariant 1. Without the member lease in the core (a member reports lease=false:
     # ``member.lease_expired`` never fires), a paused or cut-off member holds its
     # partitions until it learns it was evicted, so an overlap whose earlier hold is such

@@ -47,7 +47,7 @@ import pytest
 
 from ._cases import KNOWN_BUGS, TOTALS, ChaosCase, Totals, write_summary
 from ._schedule import BROKERS, Schedule
-from ._seeds import default_cases, schedule_for
+from ._seeds import default_cases, records_cases, records_fit, schedule_for
 
 _MARKS = {"kafka": pytest.mark.kafka, "tansu": pytest.mark.tansu, "mock": pytest.mark.mock_cluster}
 
@@ -92,6 +92,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="only seeds whose kgroup members subscribe with a pattern (Kafka)",
     )
     group.addoption(
+        "--chaos-records",
+        action="store_true",
+        default=False,
+        help="only Kafka seeds of kgroup-only groups on one fixed topic, run with "
+        "GroupConsumers that consume and commit records (invariant 5)",
+    )
+    group.addoption(
         "--chaos-logs",
         default=None,
         help="where member logs go (default $KGROUP_CHAOS_LOGS or TMPDIR/kgroup-chaos; "
@@ -129,13 +136,15 @@ def _kafka_only(config: pytest.Config) -> Callable[[Schedule], bool] | None:
     java = config.getoption("--chaos-java", default=False)
     topics = config.getoption("--chaos-topics", default=False)
     regex = config.getoption("--chaos-regex", default=False)
-    if protocol is None and not java and not topics and not regex:
+    records = config.getoption("--chaos-records", default=False)
+    if protocol is None and not java and not topics and not regex and not records:
         return None
     return lambda s: (
         (protocol is None or s.protocol == protocol)
         and (not java or bool(s.java_slots))
         and (not topics or "add_partitions" in s.kinds())
         and (not regex or s.pattern)
+        and (not records or records_fit(s))
     )
 
 
@@ -172,14 +181,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     soak = metafunc.function.__name__ == "test_soak"
     seeds = _seeds(metafunc.config)
     kafka_only = _kafka_only(metafunc.config) is not None
+    records = bool(metafunc.config.getoption("--chaos-records", default=False))
     if seeds is not None:
         brokers = ("kafka",) if kafka_only else BROKERS
-        cases = [ChaosCase(b, s, soak) for b in brokers for s in seeds]
+        cases = [ChaosCase(b, s, soak, records) for b in brokers for s in seeds]
     elif soak:
         system = _random()
         cases = [ChaosCase(b, system.randint(1, 999_999), True) for b in BROKERS]
     else:
         cases = [ChaosCase(b, s) for b, s in default_cases()]
+        cases += [ChaosCase("kafka", s, records=True) for s in records_cases()]
     params = []
     for case in cases:
         marks: list[Any] = [_MARKS[case.broker]]
@@ -187,7 +198,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         if reason:
             marks.append(pytest.mark.xfail(strict=True, reason=reason))
         label = (
-            schedule_for(case.broker, case.seed).label
+            schedule_for(case.broker, case.seed, records=case.records).label
             if not soak
             else f"{case.broker}-seed{case.seed}"
         )

@@ -1,5 +1,5 @@
 """The chaos suite on real brokers: seeded schedules of faults, members in their own
-processes, and four invariants checked on every run (see ``_runner.py``).
+processes, and four invariants checked on every run, five with records (see ``_runner.py``).
 
 Default run (``python -m pytest tests/chaos``): the fixed cases of
 :func:`~._seeds.default_cases` (Kafka static with a broker restart and a black hole,
@@ -85,7 +85,7 @@ async def run_case(
 async def test_chaos(
     chaos_case: ChaosCase, request: pytest.FixtureRequest, chaos_logdir: Path, chaos_totals: Totals
 ) -> None:
-    schedule = schedule_for(chaos_case.broker, chaos_case.seed)
+    schedule = schedule_for(chaos_case.broker, chaos_case.seed, records=chaos_case.records)
     await run_case(schedule, chaos_case, request, chaos_logdir, chaos_totals)
 
 

@@ -89,6 +89,32 @@ async def test_calls_before_start_are_usage_errors() -> None:
     await consumer.close()
 
 
+async def test_calls_while_start_runs_are_usage_errors_that_say_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    entered = asyncio.Event()
+
+    async def slow_start(self: object) -> None:
+        entered.set()
+        await asyncio.Event().wait()  # the bootstrap brokers take their time
+
+    monkeypatch.setattr("aiokafka.AIOKafkaConsumer.start", slow_start)
+    consumer = GroupConsumer(cfg())
+    starting = asyncio.create_task(consumer.start())
+    await entered.wait()
+    tp = TopicPartition("t", 0)
+    with pytest.raises(UsageError, match="is starting"):
+        await consumer.getmany()
+    with pytest.raises(UsageError, match="is starting"):
+        await consumer.commit({tp: 1})
+    with pytest.raises(UsageError, match="is starting"):
+        await consumer.end_offsets([tp])
+    starting.cancel()  # start() cleans up after itself
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    assert consumer.closed
+
+
 # -- offset lookups (kgroup/_runtime/_list_offsets.py) ----------------------------------------
 
 
