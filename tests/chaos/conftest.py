@@ -47,7 +47,7 @@ import pytest
 
 from ._cases import KNOWN_BUGS, TOTALS, ChaosCase, Totals, write_summary
 from ._schedule import BROKERS, Schedule
-from ._seeds import default_cases, records_cases, records_fit, schedule_for
+from ._seeds import RECORDS_BROKERS, default_cases, records_cases, records_fit, schedule_for
 
 _MARKS = {"kafka": pytest.mark.kafka, "tansu": pytest.mark.tansu, "mock": pytest.mark.mock_cluster}
 
@@ -129,31 +129,34 @@ def chaos_logdir(request: pytest.FixtureRequest) -> Path:
     return session
 
 
-def _kafka_only(config: pytest.Config) -> Callable[[Schedule], bool] | None:
-    """What ``--chaos-java`` / ``--chaos-protocol`` / ``--chaos-topics`` /
-    ``--chaos-regex`` ask of a Kafka seed's schedule."""
+def _wanted(config: pytest.Config) -> tuple[tuple[str, ...], Callable[[Schedule], bool]] | None:
+    """The brokers and the schedules that ``--chaos-java`` / ``--chaos-protocol`` /
+    ``--chaos-topics`` / ``--chaos-regex`` (Kafka only) and ``--chaos-records`` (Kafka and
+    the mock cluster: :func:`records_fit`) ask for; None without any of them."""
     protocol = config.getoption("--chaos-protocol", default=None)
     java = config.getoption("--chaos-java", default=False)
     topics = config.getoption("--chaos-topics", default=False)
     regex = config.getoption("--chaos-regex", default=False)
     records = config.getoption("--chaos-records", default=False)
-    if protocol is None and not java and not topics and not regex and not records:
+    kafka_only = protocol is not None or java or topics or regex
+    if not kafka_only and not records:
         return None
-    return lambda s: (
-        (protocol is None or s.protocol == protocol)
-        and (not java or bool(s.java_slots))
-        and (not topics or "add_partitions" in s.kinds())
-        and (not regex or s.pattern)
-        and (not records or records_fit(s))
+    brokers = ("kafka",) if kafka_only else RECORDS_BROKERS
+    return (
+        brokers,
+        lambda s: (
+            (protocol is None or s.protocol == protocol)
+            and (not java or bool(s.java_slots))
+            and (not topics or "add_partitions" in s.kinds())
+            and (not regex or s.pattern)
+            and (not records or records_fit(s))
+        ),
     )
 
 
 def _seeds(config: pytest.Config) -> list[int] | None:
     seed = config.getoption("--chaos-seed", default=None)
     count = config.getoption("--chaos-count", default=None)
-    wanted = _kafka_only(config)
-    if wanted is not None:
-        return _kafka_seeds(seed, count or 1, wanted)
     if seed is None and count is None:
         return None
     if seed is None:
@@ -162,14 +165,16 @@ def _seeds(config: pytest.Config) -> list[int] | None:
     return list(range(seed, seed + (count or 1)))
 
 
-def _kafka_seeds(start: int | None, count: int, wanted: Callable[[Schedule], bool]) -> list[int]:
-    """``count`` seeds whose Kafka schedule is ``wanted`` (Java members, a protocol): random
-    ones, or the first ones from ``start`` on."""
+def _fitting_seeds(
+    broker: str, start: int | None, count: int, wanted: Callable[[Schedule], bool]
+) -> list[int]:
+    """``count`` seeds whose schedule on ``broker`` is ``wanted`` (Java members, a
+    protocol, records): random ones, or the first ones from ``start`` on."""
     system = _random()
     seeds: list[int] = []
     candidate = start if start is not None else system.randint(1, 999_999)
     while len(seeds) < count:
-        if candidate not in seeds and wanted(schedule_for("kafka", candidate)):
+        if candidate not in seeds and wanted(schedule_for(broker, candidate)):
             seeds.append(candidate)
         candidate = candidate + 1 if start is not None else system.randint(1, 999_999)
     return seeds
@@ -178,19 +183,27 @@ def _kafka_seeds(start: int | None, count: int, wanted: Callable[[Schedule], boo
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "chaos_case" not in metafunc.fixturenames:
         return
+    config = metafunc.config
     soak = metafunc.function.__name__ == "test_soak"
-    seeds = _seeds(metafunc.config)
-    kafka_only = _kafka_only(metafunc.config) is not None
-    records = bool(metafunc.config.getoption("--chaos-records", default=False))
-    if seeds is not None:
-        brokers = ("kafka",) if kafka_only else BROKERS
-        cases = [ChaosCase(b, s, soak, records) for b in brokers for s in seeds]
+    wanted = _wanted(config)
+    records = bool(config.getoption("--chaos-records", default=False))
+    if wanted is not None:
+        brokers, predicate = wanted
+        start = config.getoption("--chaos-seed", default=None)
+        count = config.getoption("--chaos-count", default=None) or 1
+        cases = [
+            ChaosCase(b, s, soak, records)
+            for b in brokers
+            for s in _fitting_seeds(b, start, count, predicate)
+        ]
+    elif (seeds := _seeds(config)) is not None:
+        cases = [ChaosCase(b, s, soak) for b in BROKERS for s in seeds]
     elif soak:
         system = _random()
         cases = [ChaosCase(b, system.randint(1, 999_999), True) for b in BROKERS]
     else:
         cases = [ChaosCase(b, s) for b, s in default_cases()]
-        cases += [ChaosCase("kafka", s, records=True) for s in records_cases()]
+        cases += [ChaosCase(b, s, records=True) for b, s in records_cases()]
     params = []
     for case in cases:
         marks: list[Any] = [_MARKS[case.broker]]

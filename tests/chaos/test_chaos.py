@@ -94,5 +94,7 @@ async def test_chaos(
 async def test_soak(
     chaos_case: ChaosCase, request: pytest.FixtureRequest, chaos_logdir: Path, chaos_totals: Totals
 ) -> None:
-    schedule = schedule_for(chaos_case.broker, chaos_case.seed, fault_window=SOAK_WINDOW)
+    schedule = schedule_for(
+        chaos_case.broker, chaos_case.seed, fault_window=SOAK_WINDOW, records=chaos_case.records
+    )
     await run_case(schedule, chaos_case, request, chaos_logdir, chaos_totals)
