@@ -463,7 +463,14 @@ def _replica_racks(partitions: Sequence[Any], node_racks: Mapping[int, str]) -> 
 
 class Cluster:
     """The member's view of the cluster: one bootstrap connection (reopened on failure),
-    metadata on demand, and FindCoordinator."""
+    metadata on demand, and FindCoordinator.
+
+    The brokers it knows (from every Metadata answer) are tried after the bootstrap ones
+    when a connection must be opened. The first FindCoordinator, and every one after a
+    lookup that failed or was answered with an error, is preceded by a Metadata request
+    for no topics (spec §4.1: a retry follows a metadata refresh; a refresh that fails
+    fails the lookup): so a member learns the cluster's brokers before it needs them, and
+    finds its coordinator through any of them once every bootstrap broker is gone."""
 
     def __init__(
         self,
@@ -482,6 +489,7 @@ class Cluster:
         self._lock = asyncio.Lock()
         self._rr = itertools.count(random.randrange(1 << 16))
         self._closed = False
+        self._refresh_brokers = True  # before the next FindCoordinator
 
     def _candidates(self) -> list[tuple[str, int]]:
         addresses = list(dict.fromkeys([*self._seeds, *self._known.values()]))
@@ -515,8 +523,12 @@ class Cluster:
             raise CoordinatorError("no broker reachable: " + "; ".join(errors))
 
     async def find_coordinator(self, message: Any) -> FindCoordinatorResponse:
+        refresh, self._refresh_brokers = self._refresh_brokers, True  # until a clean answer
+        if refresh:
+            await self._metadata([])  # a failure fails this lookup (retried after backoff)
         conn = await self.connection()
         response: FindCoordinatorResponse = await conn.request(message, self._timeout_ms)
+        self._refresh_brokers = response.error_code != 0
         return response
 
     async def partitions_for(self, topics: Sequence[str]) -> TopicLayout:

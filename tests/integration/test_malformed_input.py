@@ -584,12 +584,30 @@ async def test_api_versions_answer_broken_at_connect(scene: Scene, fault: Fault,
     await scene.close_and_check()
 
 
+async def test_every_find_coordinator_retry_follows_a_broker_refresh(scene: Scene) -> None:
+    """Spec §4.1 and §12 scenario 5: the first FindCoordinator, and each one after an error
+    answer (COORDINATOR_NOT_AVAILABLE twice here), follows a Metadata request that refreshes
+    the brokers the member knows."""
+    scene.broker.inject(FIND_COORDINATOR, Fault.ERROR_CODE, error_code=15, count=2)
+    runner = await scene.start()
+    await _joined_once(scene, runner)
+    assert not runner.errors
+    lookups = [
+        r.api_key for r in scene.broker.requests if r.api_key in (METADATA, FIND_COORDINATOR)
+    ]
+    assert lookups[:6] == [METADATA, FIND_COORDINATOR] * 3, lookups
+    await scene.close_and_check()
+
+
 @pytest.mark.parametrize(
     "fault", [Fault.GARBAGE, Fault.TRUNCATE_CLOSE], ids=ids([Fault.GARBAGE, Fault.TRUNCATE_CLOSE])
 )
-async def test_leader_metadata_answer_broken(scene: Scene, fault: Fault) -> None:
-    """The leader's Metadata lookup (aiokafka's own structs): the join is retried."""
-    scene.broker.inject(METADATA, fault)
+@pytest.mark.parametrize("skip", [1, 0], ids=["leader", "broker_refresh"])
+async def test_leader_metadata_answer_broken(scene: Scene, fault: Fault, skip: int) -> None:
+    """A Metadata answer (aiokafka's own structs) broken: the leader's lookup for its
+    assignment (the join is retried), or the refresh of the known brokers before the first
+    FindCoordinator (the lookup is retried)."""
+    scene.broker.inject(METADATA, fault, skip=skip)
     runner = await scene.start()
     applied = await scene.fault_applied(METADATA)
     await scene.retried_on_new_connection(METADATA, applied)
