@@ -47,7 +47,7 @@ from .._log import logger
 from .._stats import ConsumerStats
 from ._consumer_assignment import _ConsumerListener, aio_partition
 from ._consumer_fetch import _ConsumerFetch
-from ._list_offsets import OffsetAndTimestamp, log_offsets, time_offsets
+from ._list_offsets import OffsetAndTimestamp, as_partition, log_offsets, time_offsets
 from ._member import GroupMember
 from ._offsets import OffsetAndMetadata
 from ._security import connection_kwargs
@@ -404,9 +404,7 @@ class GroupConsumer(_ConsumerFetch):
     # -- positions -------------------------------------------------------------------------------
 
     def _owned(self, tp: object, what: str) -> TopicPartition:
-        if not isinstance(tp, tuple) or len(tp) != 2:
-            raise TypeError(f"{what}: expected a TopicPartition, got {tp!r}")
-        part = TopicPartition(tp[0], tp[1])
+        part = as_partition(tp, what)
         if part not in self._member.assignment or part in self._releasing:
             raise UsageError(f"{what}: partition {part} is not assigned to this consumer")
         return part
@@ -538,9 +536,7 @@ class GroupConsumer(_ConsumerFetch):
     async def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset for ``tp`` (OffsetFetch), None if none."""
         self._check_open()
-        if not isinstance(tp, tuple) or len(tp) != 2:
-            raise TypeError(f"committed: expected a TopicPartition, got {tp!r}")
-        part = TopicPartition(tp[0], tp[1])
+        part = as_partition(tp, "committed")
         found = (await self._member.fetch_committed([part])).get(part)
         return None if found is None or found.offset < 0 else found.offset
 

@@ -25,6 +25,7 @@ from .._errors import OffsetsError, TopicAuthorizationFailed
 
 __all__ = [
     "OffsetAndTimestamp",
+    "as_partition",
     "log_offsets",
     "lookup",
     "partition_arg",
@@ -46,11 +47,18 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp: int
 
 
-def partition_arg(tp: object, what: str) -> TopicPartition:
-    """``tp`` as a :class:`TopicPartition`, or TypeError/ValueError naming the call."""
+def as_partition(tp: object, what: str) -> TopicPartition:
+    """Any ``(topic, partition)`` pair (kgroup's, aiokafka's or a plain tuple) as kgroup's
+    :class:`TopicPartition`; TypeError naming the call for anything else."""
     if not isinstance(tp, tuple) or len(tp) != 2:
         raise TypeError(f"{what}: expected a TopicPartition, got {tp!r}")
-    topic, partition = tp
+    return TopicPartition(tp[0], tp[1])
+
+
+def partition_arg(tp: object, what: str) -> TopicPartition:
+    """``tp`` as a :class:`TopicPartition` with a non-empty str topic and a partition
+    number, or TypeError/ValueError naming the call."""
+    topic, partition = as_partition(tp, what)
     if not isinstance(topic, str) or not topic:
         raise TypeError(f"{what}: a topic must be a non-empty str, got {topic!r}")
     if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:

@@ -85,6 +85,10 @@ def schedule_for(broker: str, seed: int, **overrides: Any) -> Schedule:
     return dataclasses.replace(schedule, records=True) if records else schedule
 
 
+def _has(*kinds: str) -> Callable[[Schedule], bool]:
+    return lambda s: set(kinds) <= s.kinds()
+
+
 #: The brokers a ``records`` schedule runs on (tansu forgets every record on a restart).
 RECORDS_BROKERS = ("kafka", "mock")
 
@@ -117,7 +121,7 @@ RECORDS_REQUIREMENTS: tuple[tuple[str, str, Callable[[Schedule], bool]], ...] = 
     (
         "mock",
         "GroupConsumers on three brokers: coordinator moves, a broker down, injected errors",
-        lambda s: {"coordinator_move", "broker_down", "inject_errors", "crash"} <= s.kinds(),
+        _has("coordinator_move", "broker_down", "inject_errors", "crash"),
     ),
 )
 
@@ -144,10 +148,6 @@ def records_cases(*, max_members: int = 5, max_seed: int = 10_000) -> list[tuple
         else:  # pragma: no cover - the generator changed so much that nothing qualifies
             raise LookupError(f"no {broker} seed below {max_seed} gives {what}")
     return cases
-
-
-def _has(*kinds: str) -> Callable[[Schedule], bool]:
-    return lambda s: set(kinds) <= s.kinds()
 
 
 #: What the default run must cover, one schedule each: (broker, description, predicate).
