@@ -68,6 +68,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a Spark setting for the session kgroup starts (repeatable), e.g. "
         "spark.driver.memory=2g; under spark-submit use its own --conf",
     )
+    parser.add_argument(
+        "--reader",
+        choices=("auto", "python", "spark"),
+        default="auto",
+        help="how log files are read: python (local files, parsed in Python tasks: the "
+        "fastest; on a cluster kgroup[analytics] must be on every executor), spark (Spark's "
+        "JSON reader: any file system), auto (python on a local master when every file is "
+        "local; the default)",
+    )
     parser.add_argument("--no-html", action="store_true", help="skip the HTML report")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 

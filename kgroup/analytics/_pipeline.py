@@ -1,8 +1,9 @@
 """The pipeline's stages, from a source of raw lines to the written tables.
 
 :func:`run_pipeline` is all of it. Each stage writes its result as Parquet and the next ones
-read that back: the lines are parsed and judged once, member by member (:mod:`._judge`: one
-row per member is staged under ``<out>/_work``, removed at the end), every table is computed
+read that back: the lines are parsed and judged once, member by member (in Python tasks for
+local files, :mod:`._pyjudge`; by Spark's JSON reader otherwise, :mod:`._judge`: one row per
+member is staged under ``<out>/_work``, removed at the end), every table is computed
 once, and the driver never holds more than the small rows it collects for the summary and
 the report.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import _fs
@@ -33,12 +34,16 @@ from ._judge import (
 from ._members import members
 from ._names import TABLES, TIMESTAMP_COLUMNS
 from ._ownership import generations, ownership
+from ._pyjudge import Judged, judge_local_files
 from ._read import bad_lines, bad_records, damaged_files, parse
 from ._rebalances import rebalance_stats, rebalances
 from ._safety import overlaps
 from ._unavailability import unavailability, unavailability_by_rebalance
 
-__all__ = ["REPORT_ROW_LIMIT", "PipelineResult", "collect_rows", "run_pipeline"]
+__all__ = ["READERS", "REPORT_ROW_LIMIT", "PipelineResult", "collect_rows", "run_pipeline"]
+
+#: The ways a source of files can be read (see :func:`run_pipeline`).
+READERS = ("auto", "python", "spark")
 
 #: At most this many rows of each table are collected for the HTML report (the Parquet
 #: tables are always complete). The rows kept are the first in each table's report order.
@@ -117,9 +122,16 @@ def run_pipeline(
     numbered_by_pos: bool,
     progress: Progress,
     collect: bool = True,
+    reader: str = "auto",
 ) -> PipelineResult:
     """Read ``source``, compute every table, write them under ``out`` (Parquet:
-    ``tables/<name>/``, ``bad_records/``), and return the summary and collected rows."""
+    ``tables/<name>/``, ``bad_records/``), and return the summary and collected rows.
+
+    ``reader``: how a source of files (:func:`._read.read_files`) is read and judged:
+    ``python`` (:mod:`._pyjudge`: local files only; on a cluster, kgroup and orjson must be
+    installed on the executors), ``spark`` (Spark's JSON reader, any file system), or
+    ``auto`` (python on a local master when every file is local, else spark). Other
+    sources (Kafka) are always read by Spark."""
     started = time.monotonic()
     work = _fs.join(out, "_work")
     tables_dir = _fs.join(out, "tables")
@@ -142,64 +154,68 @@ def run_pipeline(
         return spark.read.schema(df.schema).parquet(path)
 
     progress("reading and validating the event lines")
-    conf = spark.conf
     # The judged rows carry each member's kept events as an array: read in batches of
     # 4096 rows by the vectorized reader they would not fit a small heap.
-    conf.set("spark.sql.parquet.enableNestedColumnVectorizedReader", "false")
-    # The judging pass sorts every line by member: in partitions of about 16 MiB of input
-    # each sort fits the memory a task has (a few large ones would spill to disk again and
-    # again), and they are not coalesced back into large ones.
-    settings = dict(
-        [
-            SORT_AGGREGATE_CONF,
-            ("spark.sql.adaptive.coalescePartitions.enabled", "false"),
-            ("spark.sql.shuffle.partitions", str(_judge_partitions(spark, source))),
-        ]
-    )
-    saved = {key: conf.get(key, None) for key in settings}
-    for key, value in settings.items():
-        conf.set(key, value)
-    try:
-        judged = stage(judge(parse(source)), "judged")
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                conf.unset(key)
-            else:
-                conf.set(key, old)
+    spark.conf.set("spark.sql.parquet.enableNestedColumnVectorizedReader", "false")
+    if reader not in READERS:
+        raise ValueError(f"reader must be one of {', '.join(READERS)}, not {reader!r}")
+    judged: Judged | None = None
+    # On a cluster the Python tasks would need kgroup on every executor: asked for only.
+    on_this_machine = (spark.sparkContext.master or "").startswith("local")
+    if reader == "python" or (reader == "auto" and on_this_machine and not numbered_by_pos):
+        files = source.inputFiles()
+        local = all(_fs.is_local(f) for f in files)
+        if reader == "python" and (numbered_by_pos or not local):
+            raise ValueError("the python reader reads local files only")
+        if local:
+            schema = judge(parse(source.limit(0))).schema
+            judged = judge_local_files(spark, files, stage, schema)
+            if judged is None:
+                progress(
+                    "some lines are events only to Spark's lenient JSON reader: "
+                    "reading every line with it"
+                )
+    if judged is None:
+        staged = _judge_on_spark(spark, source, stage)
+        judged = Judged(
+            staged,
+            judged_events(staged),
+            judged_faults(staged),
+            damaged_files(source.inputFiles()) if not numbered_by_pos else [],
+            numbered=numbered_by_pos,
+        )
     is_member = F.col("member_uid").isNotNull()
 
-    def n_faults(reason: str) -> Column:
-        return F.sum(F.size(F.filter("faults", lambda f: f["reason"] == reason)))
-
+    judged_rows = judged.members
     totals = collect_rows_raw(
-        judged.agg(
+        judged_rows.agg(
             F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
             F.count(F.when(~is_member, 1)).alias("lines"),
-            F.coalesce(n_faults("duplicate"), F.lit(0)).alias("duplicate"),
-            F.coalesce(n_faults("out_of_order"), F.lit(0)).alias("out_of_order"),
             F.count(F.when(is_member, 1)).alias("members"),
             F.countDistinct(F.when(is_member, F.col("group"))).alias("groups"),
             F.min("first_ts").alias("first_ts"),
             F.max("last_ts").alias("last_ts"),
         )
     )
-    counts = {k: int(totals[k]) for k in ("events", "lines", "duplicate", "out_of_order")}
+    counts = {k: int(totals[k]) for k in ("events", "lines")}
+    counts.update(duplicate=0, out_of_order=0)
+    for row in judged.faults.groupBy("reason").count().collect():
+        counts[row["reason"]] = int(row["count"])
     n_events = counts["events"]
     n_bad = counts["lines"] + counts["duplicate"] + counts["out_of_order"]
     # Damaged gzip files: read up to the damage; the damage is a bad record of its own.
-    damaged = [] if numbered_by_pos else damaged_files(source.inputFiles())
+    damaged = judged.damaged
     n_bad += len(damaged)
     progress(f"read {n_events + n_bad:,} lines: {n_events:,} events, {n_bad:,} bad records")
     if damaged:
         progress(f"{len(damaged):,} damaged compressed file(s): read up to the damage")
     # Every non-heartbeat event and the few heartbeats the generations need.
-    events = judged_events(judged)
+    events = judged.events
 
     progress("bad records")
-    bad = bad_lines(judged_lines(judged), judged_faults(judged))
+    bad = bad_lines(judged_lines(judged_rows), judged.faults)
     if n_bad:
-        bad = bad_records(bad, None if numbered_by_pos else blocks(judged))
+        bad = bad_records(bad, None if judged.numbered else blocks(judged_rows))
     else:
         bad = bad.select("file", F.col("pos").alias("line"), "reason", "member_uid", "seq", "text")
     if damaged:
@@ -211,7 +227,7 @@ def run_pipeline(
         )
     bad = save(bad, "bad_records")
 
-    mem = members(judged)
+    mem = members(judged_rows)
     groups = mem.select("group").distinct()
     group_last = mem.groupBy("group").agg(F.max("last_ts").alias("last_ts"))
     result: dict[str, DataFrame] = {}
@@ -241,13 +257,13 @@ def run_pipeline(
 
     progress("heartbeat health")
     result["heartbeat_health"] = save(
-        _ordered(heartbeat_health(judged), "heartbeat_health"), "heartbeat_health"
+        _ordered(heartbeat_health(judged_rows), "heartbeat_health"), "heartbeat_health"
     )
     result["heartbeat_failures"] = save(
-        _ordered(heartbeat_failures(judged), "heartbeat_failures"), "heartbeat_failures"
+        _ordered(heartbeat_failures(judged_rows), "heartbeat_failures"), "heartbeat_failures"
     )
     result["heartbeat_histogram"] = save(
-        _ordered(heartbeat_histogram(judged), "heartbeat_histogram"), "heartbeat_histogram"
+        _ordered(heartbeat_histogram(judged_rows), "heartbeat_histogram"), "heartbeat_histogram"
     )
 
     progress("safety: overlapping claims")
@@ -302,6 +318,34 @@ def run_pipeline(
     summary_df.coalesce(1).write.mode("overwrite").parquet(_fs.join(tables_dir, "summary"))
     res.tables["summary"] = [dict(summary)]
     return res
+
+
+def _judge_on_spark(
+    spark: SparkSession, source: DataFrame, stage: Callable[[DataFrame, str], DataFrame]
+) -> DataFrame:
+    """The judged rows of ``source`` on the Spark path (:mod:`._judge`), staged."""
+    conf = spark.conf
+    # The judging pass sorts every line by member: in partitions of about 16 MiB of input
+    # each sort fits the memory a task has (a few large ones would spill to disk again and
+    # again), and they are not coalesced back into large ones.
+    settings = dict(
+        [
+            SORT_AGGREGATE_CONF,
+            ("spark.sql.adaptive.coalescePartitions.enabled", "false"),
+            ("spark.sql.shuffle.partitions", str(_judge_partitions(spark, source))),
+        ]
+    )
+    saved = {key: conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        conf.set(key, value)
+    try:
+        return stage(judge(parse(source)), "judged")
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                conf.unset(key)
+            else:
+                conf.set(key, old)
 
 
 def _judge_partitions(spark: SparkSession, source: DataFrame) -> int:

@@ -261,6 +261,7 @@ def run(args: argparse.Namespace, *, default_master: str | None = None) -> int:
             numbered_by_pos=kafka,
             progress=progress,
             collect=wants_html(args),
+            reader=args.reader,
         )
         finish(spark, result, args, progress, started)
     return 0

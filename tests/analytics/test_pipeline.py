@@ -38,7 +38,19 @@ pytestmark = pytest.mark.xdist_group("spark")
 T0 = 1_795_000_000_000_000
 
 
-def run(spark: SparkSession, paths: list[Path], out: Path, skew: float = 0.1) -> PipelineResult:
+#: Both ways of reading files: each test that takes ``reader`` runs once with each, and both
+#: must give the reference's tables.
+READERS = ("python", "spark")
+
+
+@pytest.fixture(params=READERS)
+def reader(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def run(
+    spark: SparkSession, paths: list[Path], out: Path, reader: str, skew: float = 0.1
+) -> PipelineResult:
     return run_pipeline(
         spark,
         read_files(spark, [str(p) for p in paths]),
@@ -46,6 +58,7 @@ def run(spark: SparkSession, paths: list[Path], out: Path, skew: float = 0.1) ->
         clock_skew_s=skew,
         numbered_by_pos=False,
         progress=lambda _text: None,
+        reader=reader,
     )
 
 
@@ -62,14 +75,16 @@ def check_summary(got: dict[str, Any], want: dict[str, Any]) -> None:
         assert got[k] == v, (k, got[k], v)
 
 
-def test_generated_logs_match_the_reference(spark: SparkSession, tmp_path: Path) -> None:
+def test_generated_logs_match_the_reference(
+    spark: SparkSession, tmp_path: Path, reader: str
+) -> None:
     """Three seeds' worth of groups in one input (one Spark run), spoiled."""
     logs = tmp_path / "logs"
     for seed in (11, 12, 13):
         opts = Options(groups=4, overlaps=0.6, duration_s=90.0)
         write_logs(simulate(seed, opts), logs / f"seed-{seed}", seed, spoil=True)
     want = reference_tables(source_lines([str(logs)]))
-    got = run(spark, [logs], tmp_path / "out")
+    got = run(spark, [logs], tmp_path / "out", reader)
     check_summary(got.summary, want["summary"][0])
     assert_tables_equal(got.tables, want)
     # The generator's faults are all there, so the comparison covered them.
@@ -88,13 +103,13 @@ def test_generated_logs_match_the_reference(spark: SparkSession, tmp_path: Path)
 
 
 def test_clean_logs_with_heavy_skew_match_the_reference(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, reader: str
 ) -> None:
     """No spoiling, big clock skew between hosts, many faults; several allowances."""
     logs = tmp_path / "logs"
     opts = Options(groups=5, skew_ms=400.0, faults=2.0, overlaps=0.5, cooperative=0.6)
     write_logs(simulate(21, opts), logs, 21, gzip_share=0.5)
-    got = run(spark, [logs], tmp_path / "out")
+    got = run(spark, [logs], tmp_path / "out", reader)
     want = reference_tables(source_lines([str(logs)]))
     check_summary(got.summary, want["summary"][0])
     assert got.summary["bad_records"] == 0
@@ -114,7 +129,7 @@ def test_clean_logs_with_heavy_skew_match_the_reference(
         own.unpersist()
 
 
-def test_empty_input_gives_empty_tables(spark: SparkSession, tmp_path: Path) -> None:
+def test_empty_input_gives_empty_tables(spark: SparkSession, tmp_path: Path, reader: str) -> None:
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "notes.txt").write_text("not a log\n")
     got = run_pipeline(
@@ -124,6 +139,7 @@ def test_empty_input_gives_empty_tables(spark: SparkSession, tmp_path: Path) -> 
         clock_skew_s=0.1,
         numbered_by_pos=False,
         progress=lambda _t: None,
+        reader=reader,
     )
     assert got.summary["events"] == got.summary["bad_records"] == 0
     assert got.summary["groups"] == got.summary["members"] == 0
@@ -173,7 +189,7 @@ def _state(member: str, seq: int, t: float, before: str, after: str, reason: str
     )
 
 
-def test_hand_written_scenario(spark: SparkSession, tmp_path: Path) -> None:
+def test_hand_written_scenario(spark: SparkSession, tmp_path: Path, reader: str) -> None:
     """Two members; B crashes holding partition 1, A takes it over 6 s later; A held
     partition 0 0.5 s into B's claim on it (an overlap); then A closes."""
     a = [
@@ -210,7 +226,7 @@ def test_hand_written_scenario(spark: SparkSession, tmp_path: Path) -> None:
     ]  # b's log just stops: a crash at 15.0
     _write(tmp_path / "logs" / "a.jsonl", a)
     _write(tmp_path / "logs" / "b.jsonl", b)
-    got = run(spark, [tmp_path / "logs"], tmp_path / "out").tables
+    got = run(spark, [tmp_path / "logs"], tmp_path / "out", reader).tables
     own = {(r["member_uid"], r["partition"], r["from_ts"][17:26]): r for r in got["ownership"]}
     assert own[("b", 1, "51.000000")]["end"] == "crash"
     assert own[("b", 1, "51.000000")]["seconds"] == 4.0
@@ -248,7 +264,9 @@ def test_hand_written_scenario(spark: SparkSession, tmp_path: Path) -> None:
     assert len(collect_rows(overlaps(intervals, 0.49), "overlaps")) == 2
 
 
-def test_bad_records_have_file_line_and_reason(spark: SparkSession, tmp_path: Path) -> None:
+def test_bad_records_have_file_line_and_reason(
+    spark: SparkSession, tmp_path: Path, reader: str
+) -> None:
     good = [_line("m", i, float(i), "member.heartbeat_ok", hb_rtt_ms=1.0) for i in range(6)]
     v2 = dict(_line("m", 9, 9.0, "member.heartbeat_ok"), v=2)
     rows: list[Any] = [
@@ -301,6 +319,7 @@ def test_bad_records_have_file_line_and_reason(spark: SparkSession, tmp_path: Pa
             clock_skew_s=0.1,
             numbered_by_pos=False,
             progress=lambda _t: None,
+            reader=reader,
         )
     finally:
         spark.conf.unset("spark.sql.files.maxPartitionBytes")
