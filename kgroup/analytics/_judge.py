@@ -8,11 +8,11 @@ the heartbeats (nine lines in ten), so that no heartbeat is ever written out:
 - the member's identity and counts (:mod:`._members`: ``max_by`` on ``seq``);
 - the heartbeat health figures (exact percentiles of the kept heartbeats' round trips and
   lateness, counts, stalls), the labels of its failed heartbeats, and its histogram counts;
-- ``events``: the kept events the other metrics read, that is every non-heartbeat event and
-  the heartbeats where the member's ``(group, generation)`` changes (the first and last kept
-  event of every run of one ``(group, generation)``: a kept event is never earlier than any
-  event before it, so a run's ends carry its first and last ``ts``, which is all the
-  ``generations`` table takes from the events inside it);
+- ``events``: the kept events the other metrics read, that is every event they read by name
+  (:data:`._names.EVENTS_READ`) and the events where the member's ``(group, generation)``
+  changes (the first and last kept event of every run of one ``(group, generation)``: a
+  kept event is never earlier than any event before it, so a run's ends carry its first and
+  last ``ts``, which is all the ``generations`` table takes from the events inside it);
 - ``faults``: the duplicates and out-of-order events, with file and position;
 - ``spans``: for every file split the member has lines in, at least its lines with the
   lowest and highest position there (a line whose neighbours along ``seq`` are in another
@@ -27,7 +27,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from ._names import FENCED_INSTANCE_ID, HISTOGRAM_EDGES_MS, UNKNOWN_MEMBER_ID
+from ._names import EVENTS_READ, FENCED_INSTANCE_ID, HISTOGRAM_EDGES_MS, UNKNOWN_MEMBER_ID
 from ._read import EVENT_COLUMNS, HEARTBEATS
 
 __all__ = ["blocks", "judge", "judged_events", "judged_faults", "judged_lines"]
@@ -172,7 +172,7 @@ def _aggregate(marked: DataFrame) -> DataFrame:
             F.collect_list(F.when(failed, label)).alias("failure_labels"),
             F.array(*[_count(F.col("rtt_b") == i) for i in range(n)]).alias("rtt_hist"),
             F.array(*[_count(F.col("late_b") == i) for i in range(n)]).alias("late_hist"),
-            F.collect_list(F.when(kept & (~ev.isin(*HEARTBEATS) | F.col("run_end")), event)).alias(
+            F.collect_list(F.when(kept & (ev.isin(*EVENTS_READ) | F.col("run_end")), event)).alias(
                 "events_kept"
             ),
             F.collect_list(
@@ -191,7 +191,8 @@ def _aggregate(marked: DataFrame) -> DataFrame:
 
 
 def judged_events(judged: DataFrame) -> DataFrame:
-    """The kept events of :func:`judge`'s ``events_kept`` (all but most heartbeats), with
+    """The kept events of :func:`judge`'s ``events_kept`` (the events read by name and the ends
+    of every run of one (group, generation)), with
     ``kind`` (``heartbeat`` or ``other``)."""
     rows = judged.where(F.col("member_uid").isNotNull()).select(F.explode("events_kept").alias("e"))
     return rows.select(

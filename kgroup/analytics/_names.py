@@ -9,6 +9,7 @@ from collections.abc import Mapping
 __all__ = [
     "BAD_REASONS",
     "DEFAULT_CLOCK_SKEW_S",
+    "EVENTS_READ",
     "EVENT_CLOSED_NAMES",
     "FENCED_INSTANCE_ID",
     "HISTOGRAM_EDGES_MS",
@@ -21,6 +22,17 @@ __all__ = [
 #: The event-log schema version this pipeline reads; a line with another ``v`` is a bad
 #: record (``unknown_version``).
 SCHEMA_VERSION = 1
+
+#: The events the tables read by name (ownership, rebalances, generations' leader). The
+#: judging keeps these, and the first and last event of every run of one member's events
+#: with one (group, generation), which is all the generations table takes from the others.
+EVENTS_READ = (
+    "member.state_changed",
+    "member.joined",
+    "member.partitions_assigned",
+    "member.partitions_revoked",
+    "member.partitions_lost",
+)
 
 #: Overlapping claims no longer than this (seconds) are taken for clock skew between hosts
 #: and not reported (``--clock-skew``).

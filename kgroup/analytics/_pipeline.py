@@ -35,7 +35,7 @@ from ._members import members
 from ._names import TABLES, TIMESTAMP_COLUMNS
 from ._ownership import generations, ownership
 from ._pyjudge import Judged, judge_local_files
-from ._read import bad_lines, bad_records, damaged_files, parse
+from ._read import LogFiles, bad_lines, bad_records, damaged_files, parse
 from ._rebalances import rebalance_stats, rebalances
 from ._safety import overlaps
 from ._unavailability import unavailability, unavailability_by_rebalance
@@ -115,7 +115,7 @@ def _ordered(df: DataFrame, name: str) -> DataFrame:
 
 def run_pipeline(
     spark: SparkSession,
-    source: DataFrame,
+    source: DataFrame | LogFiles,
     *,
     out: str,
     clock_skew_s: float,
@@ -124,7 +124,8 @@ def run_pipeline(
     collect: bool = True,
     reader: str = "auto",
 ) -> PipelineResult:
-    """Read ``source``, compute every table, write them under ``out`` (Parquet:
+    """Read ``source`` (lines, or :class:`._read.LogFiles`), compute every table, write them
+    under ``out`` (Parquet:
     ``tables/<name>/``, ``bad_records/``), and return the summary and collected rows.
 
     ``reader``: how a source of files (:func:`._read.read_files`) is read and judged:
@@ -163,25 +164,25 @@ def run_pipeline(
     # On a cluster the Python tasks would need kgroup on every executor: asked for only.
     on_this_machine = (spark.sparkContext.master or "").startswith("local")
     if reader == "python" or (reader == "auto" and on_this_machine and not numbered_by_pos):
-        files = source.inputFiles()
+        files = source.files() if isinstance(source, LogFiles) else source.inputFiles()
         local = all(_fs.is_local(f) for f in files)
         if reader == "python" and (numbered_by_pos or not local):
             raise ValueError("the python reader reads local files only")
         if local:
-            schema = judge(parse(source.limit(0))).schema
-            judged = judge_local_files(spark, files, stage, schema)
+            judged = judge_local_files(spark, files, stage)
             if judged is None:
                 progress(
                     "some lines are events only to Spark's lenient JSON reader: "
                     "reading every line with it"
                 )
     if judged is None:
-        staged = _judge_on_spark(spark, source, stage)
+        frame = source.frame() if isinstance(source, LogFiles) else source
+        staged = _judge_on_spark(spark, frame, stage)
         judged = Judged(
             staged,
             judged_events(staged),
             judged_faults(staged),
-            damaged_files(source.inputFiles()) if not numbered_by_pos else [],
+            damaged_files(frame.inputFiles()) if not numbered_by_pos else [],
             numbered=numbered_by_pos,
         )
     is_member = F.col("member_uid").isNotNull()

@@ -43,7 +43,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ._names import FENCED_INSTANCE_ID, HISTOGRAM_EDGES_MS, UNKNOWN_MEMBER_ID
+from ._names import EVENTS_READ, FENCED_INSTANCE_ID, HISTOGRAM_EDGES_MS, UNKNOWN_MEMBER_ID
 from ._pyread import CONTEXT_COLUMNS, Chunk, read_slice
 from ._pyread import dumps as _dumps
 from ._read import EVENT_COLUMNS, DamagedFile, parse
@@ -128,6 +128,36 @@ _FAULTS = T.ArrayType(
         ]
     )
 )
+
+
+def _struct(*fields: tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(n, t) for n, t in fields])
+
+
+#: The judged rows' columns, as :func:`._judge.judge` makes them (a test checks they agree;
+#: analysing that plan in the JVM takes longer than this whole module's import).
+JUDGED_SCHEMA = _struct(
+    ("member_uid", _S),
+    (
+        "bad",
+        _struct(
+            ("file", _S), ("blk", _L), ("pos", _L), ("reason", _S), ("json_ok", _B),
+            ("text", _S),
+        ),
+    ),
+    *[
+        (c, T.TimestampType() if c in ("first_ts", "last_ts") else t)
+        for c, t in _MEMBER_COLUMNS[1:]
+    ],
+    ("events_kept", T.ArrayType(_struct(
+        *[(f.name, T.TimestampType() if f.name == "ts" else f.dataType)
+          for f in _KEPT.elementType.fields]  # type: ignore[attr-defined]
+    ))),
+    ("faults", T.ArrayType(_struct(
+        ("file", _S), ("blk", _L), ("pos", _L), ("reason", _S), ("seq", _L)
+    ))),
+    ("spans", T.ArrayType(_struct(("file", _S), ("blk", _L), ("pos", _L)))),
+)  # fmt: skip
 _NONE_LINE = (None,) * 5
 _NONE_MEMBER = (None,) * (len(_MEMBER_COLUMNS) + 2)
 #: Where each event column is in a context (None: not in it).
@@ -272,12 +302,13 @@ def judge_member(uid: str, chunks: list[Chunk]) -> tuple[Any, ...]:
             counts[_COUNTED[ev]] += k
         if ev in _FENCING_EVENTS and code == FENCED_INSTANCE_ID:
             counts["fencings"] += k
-    # Per line: a kept heartbeat (its timings count), a kept other event (always in the
-    # kept events); the faults are neither.
+    # Per line: a kept heartbeat (its timings count), a kept event the tables read by name
+    # (always in the kept events); the faults are neither.
     hb_line = list(map(heartbeat.__getitem__, ctx))
-    other_line = [not h for h in hb_line]
+    read = [c[_EVENT] in EVENTS_READ for c in contexts]
+    read_line = list(map(read.__getitem__, ctx))
     for i in fault:
-        hb_line[i] = other_line[i] = False
+        hb_line[i] = read_line[i] = False
     rtts = sorted([v for v in compress(rtt, hb_line) if v == v])
     lates = sorted([v for v in compress(late, hb_line) if v == v])
     stalls = [c for c, context in enumerate(contexts) if context[_EVENT] == "heartbeat.late"]
@@ -294,8 +325,8 @@ def judge_member(uid: str, chunks: list[Chunk]) -> tuple[Any, ...]:
         if member_id is not None and instance_id is not None:
             break
     lc = contexts[ctx[last]]
-    # The kept events: every one but the heartbeats inside a run of one (group,
-    # generation), whose neighbours along seq are kept events of the same run.
+    # The kept events: the ones read by name, and the ends of every run of one (group,
+    # generation) (a line whose neighbour along seq is not a kept event of its run).
     runs: dict[tuple[Any, Any], int] = {}
     run_of = [runs.setdefault((c[_GROUP], c[_GENERATION]), len(runs)) for c in contexts]
     key = list(map(run_of.__getitem__, ctx))
@@ -303,7 +334,7 @@ def judge_member(uid: str, chunks: list[Chunk]) -> tuple[Any, ...]:
         key[i] = -1 - i  # a fault ends the runs beside it
     starts = [0, *compress(range(1, n), map(operator.ne, key, islice(key, 1, None)))]
     ends = {*starts, *(s - 1 for s in starts[1:]), n - 1}
-    chosen = sorted({*compress(range(n), other_line), *(i for i in ends if i not in fault)})
+    chosen = sorted({*compress(range(n), read_line), *(i for i in ends if i not in fault)})
     kept = [_kept(ts[i], seqs[i], contexts[ctx[i]], rtt[i], late[i]) for i in chosen]
     return (
         "m", uid, lc[_GROUP], lc[_HOST], lc[_PID], lc[_CLIENT], member_id, instance_id,
@@ -381,12 +412,10 @@ _JUDGED_COLUMNS = (
 _UNUSED = {"events_kept", "faults", "spans"}  # read from Judged.events and .faults instead
 
 
-def judge_local_files(
-    spark: SparkSession, files: list[str], stage: Stage, bad_lines_schema: T.StructType
-) -> Judged | None:
+def judge_local_files(spark: SparkSession, files: list[str], stage: Stage) -> Judged | None:
     """The judged rows of the local ``files`` (URIs), staged with ``stage(df, name)``; None
     when an undecided line turns out to be an event (the caller then reads the files on the
-    Spark path). ``bad_lines_schema``: the judged rows' schema (:func:`._judge.judge`)."""
+    Spark path)."""
     sc = spark.sparkContext
     parallelism = max(2, sc.defaultParallelism)
     parts = slices(files, parallelism) or [[]]
@@ -406,7 +435,7 @@ def judge_local_files(
     parsed = parse(raw)
     if parsed.where(F.col("line_reason").isNull()).limit(1).count():
         return None
-    types = {f.name: f.dataType for f in bad_lines_schema.fields}
+    types = {f.name: f.dataType for f in JUDGED_SCHEMA.fields}
     members = wire.where(kind == "m").select(
         *[
             F.timestamp_micros(c).alias(c)
@@ -417,7 +446,7 @@ def judge_local_files(
             for c in _JUDGED_COLUMNS
         ]
     )
-    bad = stage(_bad_line_rows(parsed, bad_lines_schema), "pyjudged_bad")
+    bad = stage(_bad_line_rows(parsed, JUDGED_SCHEMA), "pyjudged_bad")
     # The kept events, out of their JSON once (Jackson, in the JVM) and staged.
     kept = wire.where(kind == "m").select(F.explode(F.from_json("kept_json", _KEPT)).alias("e"))
     events = stage(

@@ -39,7 +39,10 @@ splits.
 
 from __future__ import annotations
 
+import os
 import re
+import string
+import unicodedata
 import zlib
 from urllib.parse import unquote, urlparse
 
@@ -47,16 +50,20 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from ._fs import is_local, local_path
 from ._names import SCHEMA_VERSION
 
 __all__ = [
     "EVENT_COLUMNS",
     "EVENT_SCHEMA",
     "HEARTBEATS",
+    "LogFiles",
     "bad_lines",
     "bad_records",
     "damaged_files",
     "empty_source",
+    "file_uri",
+    "local_log_files",
     "parse",
     "read_files",
 ]
@@ -120,6 +127,80 @@ SOURCE_SCHEMA = T.StructType(
         T.StructField("pos", T.LongType()),
     ]
 )
+
+
+# What java.net.URI leaves as it is in a path (Spark names files by such URIs): letters,
+# digits, "_-!.~'()*", ",;:$&+=@", "/", and every non-ASCII character that is neither a
+# control nor a space character.
+_URI_KEPT = frozenset(string.ascii_letters + string.digits + "-_.!~*'()" + ",;:$&+=@/")
+
+
+def _uri_char(ch: str) -> str:
+    if ch in _URI_KEPT or (
+        ord(ch) > 127 and unicodedata.category(ch) not in ("Cc", "Zs", "Zl", "Zp")
+    ):
+        return ch
+    return "".join(f"%{b:02X}" for b in ch.encode("utf-8", "surrogateescape"))
+
+
+def file_uri(path: str) -> str:
+    """A local file's URI as Spark's ``inputFiles`` names it (``file:///...``)."""
+    return "file://" + "".join(_uri_char(ch) for ch in os.path.abspath(path))
+
+
+def _skipped(name: str) -> bool:
+    """Spark's rule for names it does not list (hidden, or a copy being written)."""
+    return (
+        (name.startswith("_") and "=" not in name)
+        or name.startswith(".")
+        or name.endswith("._COPYING_")
+    )
+
+
+def local_log_files(paths: list[str]) -> list[str]:
+    """The files :func:`read_files` reads under the local ``paths``, as URIs, listed here
+    (faster than Spark's listing): recursively, ``*.jsonl`` and ``*.jsonl.gz``, names Spark
+    skips left out (a path's own name too, when it is a file)."""
+    found: list[str] = []
+    for path in paths:
+        local = local_path(path)
+        if os.path.isfile(local):
+            names = [(os.path.dirname(local), os.path.basename(local))]
+        else:
+            names = []
+            for root, dirs, files in os.walk(local, followlinks=True):
+                dirs[:] = sorted(d for d in dirs if not _skipped(d))
+                names += [(root, f) for f in sorted(files)]
+        for root, name in names:
+            if not _skipped(name) and name.endswith((".jsonl", ".jsonl.gz")):
+                found.append(file_uri(os.path.join(root, name)))
+    return sorted(set(found))
+
+
+class LogFiles:
+    """The log files under ``paths`` as a source: listed in Python when they are local,
+    read as a DataFrame of lines (:func:`read_files`) only when that is asked for."""
+
+    def __init__(self, spark: SparkSession, paths: list[str]) -> None:
+        self.spark = spark
+        self.paths = list(paths)
+        self._frame: DataFrame | None = None
+
+    @property
+    def local(self) -> bool:
+        return all(is_local(p) for p in self.paths)
+
+    def files(self) -> list[str]:
+        """The files' URIs."""
+        if self.local:
+            return local_log_files(self.paths)
+        return self.frame().inputFiles()
+
+    def frame(self) -> DataFrame:
+        """The lines, as :func:`read_files` reads them."""
+        if self._frame is None:
+            self._frame = read_files(self.spark, self.paths)
+        return self._frame
 
 
 def read_files(spark: SparkSession, paths: list[str]) -> DataFrame:

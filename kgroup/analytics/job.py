@@ -32,12 +32,12 @@ from typing import Any, TextIO
 
 from pyspark import SparkContext
 from pyspark.errors import AnalysisException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from kgroup.analytics import _fs
 from kgroup.analytics._command import add_arguments
 from kgroup.analytics._pipeline import PipelineResult, run_pipeline
-from kgroup.analytics._read import empty_source, read_files
+from kgroup.analytics._read import LogFiles, empty_source, read_files
 
 __all__ = ["LOCAL_DEFAULTS", "build_session", "main", "run", "wants_html"]
 
@@ -239,6 +239,7 @@ def run(args: argparse.Namespace, *, default_master: str | None = None) -> int:
             from kgroup.analytics._kafka import run_stream
 
             return run_stream(spark, args, progress)
+        source: DataFrame | LogFiles
         if kafka:
             from kgroup.analytics._kafka import kafka_source
 
@@ -247,7 +248,9 @@ def run(args: argparse.Namespace, *, default_master: str | None = None) -> int:
             )
         elif args.paths:
             try:
-                source = read_files(spark, list(args.paths))
+                # Local files are listed in Python, and read by Spark only if need be.
+                files = LogFiles(spark, list(args.paths))
+                source = files if files.local else read_files(spark, files.paths)
             except AnalysisException as exc:
                 print(f"kgroup report: {exc}", file=sys.stderr)
                 return 2

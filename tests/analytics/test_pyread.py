@@ -30,6 +30,7 @@ from kgroup.analytics._read import (
     SOURCE_SCHEMA,
     damaged_files,
     empty_source,
+    local_log_files,
     parse,
     read_files,
 )
@@ -281,9 +282,11 @@ def test_a_line_only_spark_reads_as_an_event_sends_the_log_to_the_spark_path(
 
 
 def test_the_fast_path_gives_the_spark_path_judged_columns(spark: SparkSession) -> None:
-    from kgroup.analytics._pyjudge import _JUDGED_COLUMNS
+    from kgroup.analytics._pyjudge import _JUDGED_COLUMNS, JUDGED_SCHEMA
 
-    assert tuple(judge(parse(empty_source(spark))).columns) == _JUDGED_COLUMNS
+    schema = judge(parse(empty_source(spark))).schema
+    assert tuple(schema.names) == _JUDGED_COLUMNS
+    assert schema.simpleString() == JUDGED_SCHEMA.simpleString()
 
 
 @pytest.mark.parametrize(
@@ -305,3 +308,26 @@ def test_a_reader_that_cannot_read_the_source_is_refused(
             progress=lambda _t: None,
             reader=reader,
         )
+
+
+def test_local_listing_names_the_files_spark_reads(spark: SparkSession, tmp_path: Path) -> None:
+    """Hidden names, partition-like names, a glob that does not match, a symlinked
+    directory, and characters java.net.URI escapes or keeps."""
+    root = tmp_path / "logs"
+    for d in ("sub dir/_hidden", ".dot", "p=1", "_a=1", "real"):
+        (root / d).mkdir(parents=True)
+    (root / "linked").symlink_to(root / "real", target_is_directory=True)
+    names = [
+        "a b.jsonl", "x%y.jsonl", "\u00e9\u4e2d.jsonl", "[x].jsonl", "#h.jsonl", "q?.jsonl",
+        "c,;:$&+=@!~'()*.jsonl", "t\tab.jsonl", "_u.jsonl", ".d.jsonl", "n.jsonl.gz", "o.json",
+        "z{}^`|\\.jsonl", 'dq".jsonl', "lt<>.jsonl", "sub dir/in.jsonl", "sub dir/_hidden/h.jsonl",
+        ".dot/d.jsonl", "p=1/_v.jsonl", "p=1/w.jsonl", "_a=1/y.jsonl", "x.jsonl._COPYING_",
+        "nb\u00a0sp.jsonl", "zw\u200bsp.jsonl", "real/r.jsonl", "_f=1.jsonl",
+    ]  # fmt: skip
+    for name in names:
+        (root / name).write_text("{}\n")
+    want = sorted(read_files(spark, [str(root)]).inputFiles())
+    assert local_log_files([str(root)]) == want
+    assert len(want) > 15
+    one = [str(root / "a b.jsonl"), str(root / "_u.jsonl"), str(root / "o.json")]
+    assert local_log_files(one) == sorted(read_files(spark, one).inputFiles())
