@@ -15,10 +15,14 @@ Each run is a fresh process, measured end to end (wall time from process start t
 JVM start included): the Spark job as ``python -m kgroup.analytics.job LOGS --out DIR
 --master local[2] --no-html`` and the pure-Python reference (tests/analytics/_reference.py)
 reading the same files. Peak memory: every 0.2 s the benchmark reads ``VmHWM`` (the
-kernel's peak resident set) of the measured process and of each of its descendants (the
-driver's JVM), keeps each process's highest, and reports their sum: for the Spark job that
-is the Python driver plus the JVM (in local mode the JVM is driver and executors at once),
-an upper bound of the peak of their sum. The JVM runs with the job's own settings for a
+kernel's peak resident set) of the measured process and of its descendants, keeps each
+process's highest, and reports two sums: the driver (the Python driver and Spark's JVM,
+which in local mode is driver and executors at once; for the reference, its one process)
+and PySpark's Python workers (the daemon and the workers it forks, which the python reader
+runs its tasks in; the JVM starts them from a worker thread). Each is an upper bound of the
+peak of its sum (a forked worker's pages shared with the daemon count twice). Short-lived
+helpers (Spark's launcher, which exits before the JVM starts, and the JVM's spawn helper)
+are left out. The JVM runs with the job's own settings for a
 local master (``kgroup.analytics.job.LOCAL_DEFAULTS``: a 512 MiB heap, the serial
 collector, bounded code cache, metaspace and thread stacks), as a user gets them;
 ``--driver-memory`` and ``--driver-java-options`` override them. The
@@ -98,25 +102,71 @@ def _hwm_kib(pid: int) -> int:
 
 
 def _descendants(pid: int) -> list[int]:
+    """Every descendant of ``pid``: the children of each of its threads (the JVM starts
+    PySpark's Python workers from a worker thread, not from its main one)."""
     out: list[int] = []
     try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        tasks = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return out
-    for c in children:
-        out.append(int(c))
-        out.extend(_descendants(int(c)))
+    for task in tasks:
+        try:
+            children = Path(f"/proc/{pid}/task/{task}/children").read_text().split()
+        except OSError:
+            continue
+        for c in children:
+            out.append(int(c))
+            out.extend(_descendants(int(c)))
     return out
 
 
-def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """Run ``cmd``; return (wall seconds, peak MiB of it and its descendants, stdout)."""
-    peaks: dict[int, int] = {}
+def _role(pid: int, root: int) -> str | None:
+    """``driver`` (the measured process, or Spark's JVM), ``workers`` (PySpark's Python
+    workers), or None: a process that is not part of the peak (the launcher that builds
+    the JVM's command line and exits before it starts, ``chmod`` and the JVM's spawn helper,
+    which shares the JVM's memory until it runs its command)."""
+    if pid == root:
+        return "driver"
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    text = b" ".join(args)
+    if b"pyspark.daemon" in text or b"pyspark.worker" in text:
+        return "workers"
+    if b"org.apache.spark.deploy.SparkSubmit" in text:
+        # A child that still shows the JVM's command line is its spawn helper before it
+        # runs its command (it shares the JVM's memory): not counted twice.
+        return None if _is_jvm(_parent(pid)) else "driver"
+    return None
+
+
+def _is_jvm(pid: int) -> bool:
+    try:
+        return b"org.apache.spark.deploy.SparkSubmit" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float, float, str]:
+    """Run ``cmd``; return (wall seconds, peak MiB of the driver (it and Spark's JVM), peak
+    MiB of PySpark's Python workers, stdout)."""
+    peaks: dict[int, tuple[str, int]] = {}
     start = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True)
     while proc.poll() is None:
         for pid in [proc.pid, *_descendants(proc.pid)]:
-            peaks[pid] = max(peaks.get(pid, 0), _hwm_kib(pid))
+            role = _role(pid, proc.pid)
+            if role is not None:
+                peaks[pid] = (role, max(peaks.get(pid, (role, 0))[1], _hwm_kib(pid)))
         try:
             proc.wait(0.2)
         except subprocess.TimeoutExpired:
@@ -125,7 +175,34 @@ def measure(cmd: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     out = proc.stdout.read() if proc.stdout else ""
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[:4]} failed ({proc.returncode}):\n{out[-2000:]}")
-    return wall, sum(peaks.values()) / 1024, out
+    driver = sum(kib for role, kib in peaks.values() if role == "driver") / 1024
+    workers = sum(kib for role, kib in peaks.values() if role == "workers") / 1024
+    return wall, driver, workers, out
+
+
+def verify(outs: list[Path], env: dict[str, str]) -> None:
+    """Check that every run wrote the same tables (each one's rows, as multisets)."""
+    code = f"""
+import sys
+from kgroup.analytics import TABLES
+from kgroup.analytics.job import build_session
+spark = build_session("local[2]", conf=["spark.ui.enabled=false"])
+outs = {[str(o) for o in outs]!r}
+for name in TABLES:
+    path = "bad_records" if name == "bad_records" else "tables/" + name
+    frames = [spark.read.parquet(o + "/" + path) for o in outs]
+    if name == "summary":
+        frames = [f.drop("job_seconds") for f in frames]
+    for other in frames[1:]:
+        a, b = frames[0].exceptAll(other).count(), other.exceptAll(frames[0]).count()
+        if a or b:
+            sys.exit(f"{{name}}: {{a}} and {{b}} rows differ")
+print("same tables:", ", ".join(TABLES))
+"""
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"the readers' tables differ: {done.stderr[-2000:]}")
+    print("  " + done.stdout.strip().splitlines()[-1])
 
 
 def main() -> int:
@@ -133,6 +210,16 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000000,10000000")
     parser.add_argument("--dir", default="/tmp/kgroup-bench-logs")
     parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument(
+        "--readers",
+        default="python,spark",
+        help="the job's readers to time (--reader of kgroup report), comma-separated",
+    )
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip checking that the readers' tables are the same (a Spark job after the runs)",
+    )
     parser.add_argument(
         "--reference-max-events",
         type=int,
@@ -164,35 +251,44 @@ def main() -> int:
         print(f"logs for {size:,} events under {logs}")
         generated = generate(size, logs)
         print(f"  {generated:,} events in the logs")
-        out = Path(args.dir) / f"out-{size}"
-        shutil.rmtree(out, ignore_errors=True)
-        wall, mib, _ = measure(
-            [
-                sys.executable, "-m", "kgroup.analytics.job", str(logs), "--out", str(out),
-                "--master", "local[2]", "--no-html", "-q", *jvm,
-                "--conf", "spark.ui.enabled=false",
-                "--conf", "spark.driver.host=127.0.0.1",
-            ],
-            env,
-        )  # fmt: skip
-        summary = json.loads((out / "summary.json").read_text())
-        rows.append(("Spark local[2]", summary["events"], wall, mib))
-        print(f"  spark: {wall:.1f} s, {summary['events'] / wall:,.0f} events/s, {mib:.0f} MiB")
+        outs = []
+        for reader in args.readers.split(","):
+            out = Path(args.dir) / f"out-{size}-{reader}"
+            shutil.rmtree(out, ignore_errors=True)
+            wall, mib, workers, _ = measure(
+                [
+                    sys.executable, "-m", "kgroup.analytics.job", str(logs), "--out", str(out),
+                    "--master", "local[2]", "--no-html", "-q", "--reader", reader, *jvm,
+                    "--conf", "spark.ui.enabled=false",
+                    "--conf", "spark.driver.host=127.0.0.1",
+                ],
+                env,
+            )  # fmt: skip
+            summary = json.loads((out / "summary.json").read_text())
+            rows.append((f"Spark local[2], {reader} reader", summary["events"], wall, mib, workers))
+            print(
+                f"  {reader} reader: {wall:.1f} s, {summary['events'] / wall:,.0f} events/s, "
+                f"driver {mib:.0f} MiB, Python workers {workers:.0f} MiB"
+            )
+            outs.append(out)
+        if len(outs) > 1 and not args.no_verify:
+            verify(outs, env)
         if not args.skip_reference and size <= args.reference_max_events:
             code = (
                 "import sys; from tests.analytics._reference import reference_tables, "
                 "source_lines; t = reference_tables(source_lines([sys.argv[1]])); "
                 "print(t['summary'][0]['events'])"
             )
-            wall, mib, text = measure([sys.executable, "-c", code, str(logs)], env)
+            wall, mib, _workers, text = measure([sys.executable, "-c", code, str(logs)], env)
             n = int(text.split()[-1])
-            rows.append(("pure-Python reference", n, wall, mib))
+            rows.append(("pure-Python reference", n, wall, mib, 0.0))
             print(f"  reference: {wall:.1f} s, {n / wall:,.0f} events/s, {mib:.0f} MiB")
     print()
-    print("| pipeline | events | wall time | events/s | peak memory |")
-    print("|---|---:|---:|---:|---:|")
-    for name, n, wall, mib in rows:
-        print(f"| {name} | {n:,} | {wall:.1f} s | {n / wall:,.0f} | {mib:,.0f} MiB |")
+    print("| pipeline | events | wall time | events/s | driver peak | Python workers' peak |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, n, wall, mib, workers in rows:
+        w = f"{workers:,.0f} MiB" if workers else "none"
+        print(f"| {name} | {n:,} | {wall:.1f} s | {n / wall:,.0f} | {mib:,.0f} MiB | {w} |")
     return 0
 
 
