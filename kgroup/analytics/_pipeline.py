@@ -292,27 +292,17 @@ def run_pipeline(
             res.tables[name] = rows
     _fs.delete(spark, work)
     summary["job_seconds"] = round(time.monotonic() - started, 3)
-    summary_df = spark.createDataFrame(
-        [
-            (
-                summary["events"],
-                summary["bad_records"],
-                summary["duplicates"],
-                summary["out_of_order"],
-                summary["groups"],
-                summary["members"],
-                summary["first_ts"],
-                summary["last_ts"],
-                float(summary["job_seconds"]),
-            )
-        ],
-        "events long, bad_records long, duplicates long, out_of_order long, groups long, "
-        "members long, first_ts string, last_ts string, job_seconds double",
-    ).select(
+    # Literals, not createDataFrame: a DataFrame made from Python rows needs a Python
+    # worker process (about 100 MiB) to hand them to the JVM.
+    summary_df = spark.range(1).select(
         *[
-            F.to_timestamp(c, "yyyy-MM-dd'T'HH:mm:ss.SSSSSSX").alias(c)
+            F.to_timestamp(F.lit(summary[c]).cast("string"), "yyyy-MM-dd'T'HH:mm:ss.SSSSSSX").alias(
+                c
+            )
             if c in TIMESTAMP_COLUMNS
-            else F.col(c)
+            else F.lit(float(summary[c])).cast("double").alias(c)
+            if c == "job_seconds"
+            else F.lit(summary[c]).cast("long").alias(c)
             for c in TABLES["summary"]
         ]
     )
