@@ -46,11 +46,11 @@ from pyspark.sql import types as T
 from ._names import EVENTS_READ, FENCED_INSTANCE_ID, HISTOGRAM_EDGES_MS, UNKNOWN_MEMBER_ID
 from ._pyread import CONTEXT_COLUMNS, Chunk, read_slice
 from ._pyread import dumps as _dumps
-from ._read import EVENT_COLUMNS, DamagedFile, parse
+from ._read import EVENT_COLUMNS, EVENT_SCHEMA, HEARTBEATS, DamagedFile, parse
 
 __all__ = ["Judged", "histogram", "judge_local_files", "judge_member", "percentiles", "slices"]
 
-_HEARTBEATS = frozenset(("member.heartbeat_ok", "member.heartbeat_failed"))
+_HEARTBEATS = frozenset(HEARTBEATS)
 _FAILED = "member.heartbeat_failed"
 _FENCING_EVENTS = frozenset((_FAILED, "member.fatal_error"))
 _COUNTED = {
@@ -97,24 +97,13 @@ WIRE_SCHEMA = T.StructType(
         T.StructField("last", _B),
     ]
 )
-_TP = T.ArrayType(
-    T.StructType([T.StructField("topic", _S), T.StructField("partition", T.IntegerType())])
-)
 #: A kept event in ``kept_json``: :data:`._read.EVENT_COLUMNS`, ``ts`` in microseconds.
 _KEPT = T.ArrayType(
     T.StructType(
         [
-            T.StructField(
-                c,
-                _L
-                if c in ("ts", "seq", "pid", "generation", "error_code")
-                else _TP
-                if c in ("assigned", "revoked", "lost")
-                else _D
-                if c in ("hb_rtt_ms", "hb_late_ms")
-                else _S,
-            )
-            for c in EVENT_COLUMNS
+            T.StructField(f.name, _L if f.name == "ts" else f.dataType)
+            for f in EVENT_SCHEMA.fields
+            if f.name in EVENT_COLUMNS
         ]
     )
 )

@@ -33,8 +33,10 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from pyspark.sql import types as T
+
 from ._names import SCHEMA_VERSION
-from ._read import EVENT_COLUMNS
+from ._read import EVENT_COLUMNS, EVENT_SCHEMA, PARTITIONS_TYPE, REQUIRED_FIELDS
 
 try:  # the fast parser (a dependency of the analytics extra); the standard one otherwise
     import orjson as _orjson
@@ -73,33 +75,15 @@ _INT = 1
 _DOUBLE = 2
 _PARTITIONS = 3
 
-_KINDS = {
-    "ts": _STR,
-    "seq": _INT,
-    "member_uid": _STR,
-    "event": _STR,
-    "group": _STR,
-    "host": _STR,
-    "pid": _INT,
-    "client_id": _STR,
-    "member_id": _STR,
-    "instance_id": _STR,
-    "generation": _INT,
-    "state_before": _STR,
-    "state_after": _STR,
-    "assigned": _PARTITIONS,
-    "revoked": _PARTITIONS,
-    "lost": _PARTITIONS,
-    "reason": _STR,
-    "leader": _STR,
-    "error_code": _INT,
-    "error": _STR,
-    "hb_rtt_ms": _DOUBLE,
-    "hb_late_ms": _DOUBLE,
+_KIND_OF_TYPE = {
+    T.StringType(): _STR,
+    T.LongType(): _INT,
+    T.DoubleType(): _DOUBLE,
+    PARTITIONS_TYPE: _PARTITIONS,
 }
-assert tuple(_KINDS) == EVENT_COLUMNS
+#: The JSON type each event column must have, from the Spark path's schema.
+_KINDS = {f.name: _KIND_OF_TYPE[f.dataType] for f in EVENT_SCHEMA.fields if f.name in EVENT_COLUMNS}
 
-_REQUIRED = ("v", "ts", "seq", "member_uid", "event", "group", "host", "pid", "client_id")
 
 _LONG_MAX = (1 << 63) - 1
 _INT_MIN = -(1 << 31)
@@ -227,7 +211,7 @@ def _shape(names: tuple[str, ...], types: tuple[type, ...]) -> _Shape | None:
     kinds = dict(zip(names, types, strict=True))
     if kinds.get("v") is not int:
         return None
-    for name in _REQUIRED:
+    for name in REQUIRED_FIELDS:
         if kinds.get(name, _NONE) is _NONE:
             return None
     for name, kind in _KINDS.items():

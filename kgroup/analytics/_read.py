@@ -57,6 +57,8 @@ __all__ = [
     "EVENT_COLUMNS",
     "EVENT_SCHEMA",
     "HEARTBEATS",
+    "PARTITIONS_TYPE",
+    "REQUIRED_FIELDS",
     "LogFiles",
     "bad_lines",
     "bad_records",
@@ -68,7 +70,8 @@ __all__ = [
     "read_files",
 ]
 
-_TP = T.ArrayType(
+#: A partitions field (assigned, revoked, lost).
+PARTITIONS_TYPE = T.ArrayType(
     T.StructType(
         [T.StructField("topic", T.StringType()), T.StructField("partition", T.IntegerType())]
     )
@@ -93,9 +96,9 @@ EVENT_SCHEMA = T.StructType(
         T.StructField("generation", T.LongType()),
         T.StructField("state_before", T.StringType()),
         T.StructField("state_after", T.StringType()),
-        T.StructField("assigned", _TP),
-        T.StructField("revoked", _TP),
-        T.StructField("lost", _TP),
+        T.StructField("assigned", PARTITIONS_TYPE),
+        T.StructField("revoked", PARTITIONS_TYPE),
+        T.StructField("lost", PARTITIONS_TYPE),
         T.StructField("reason", T.StringType()),
         T.StructField("leader", T.StringType()),
         T.StructField("error_code", T.LongType()),
@@ -109,7 +112,8 @@ EVENT_SCHEMA = T.StructType(
 #: The heartbeat events (``kind`` ``heartbeat``).
 HEARTBEATS = ("member.heartbeat_ok", "member.heartbeat_failed")
 
-_REQUIRED = ("v", "ts", "seq", "member_uid", "event", "group", "host", "pid", "client_id")
+#: The fields a line must have (not null) to be an event.
+REQUIRED_FIELDS = ("v", "ts", "seq", "member_uid", "event", "group", "host", "pid", "client_id")
 
 #: The columns of a valid event, as the metric modules see them (``ts`` a timestamp).
 EVENT_COLUMNS = tuple(f.name for f in EVENT_SCHEMA.fields if f.name not in ("v", _CORRUPT))
@@ -294,7 +298,7 @@ def _parse_reason(p: Column, ts: Column) -> Column:
     """The reason a parsed line is not an event (null when it is one, as far as one line
     can tell). ``ts``: the line's ``ts`` parsed (null if it does not parse)."""
     missing = F.lit(False)
-    for name in _REQUIRED:
+    for name in REQUIRED_FIELDS:
         missing = missing | p[name].isNull()
     # The pattern's fields are fixed-width: with the length and the "Z", a ts that parses
     # is exactly RFC 3339 UTC with microseconds (no regular expression per line).
