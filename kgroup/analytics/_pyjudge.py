@@ -44,7 +44,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ._names import EVENTS_READ, FENCED_INSTANCE_ID, HISTOGRAM_EDGES_MS, UNKNOWN_MEMBER_ID
-from ._pyread import CONTEXT_COLUMNS, Chunk, read_slice
+from ._pybatch import read_slice
+from ._pyread import CONTEXT_COLUMNS, Chunk
 from ._pyread import dumps as _dumps
 from ._read import EVENT_COLUMNS, EVENT_SCHEMA, HEARTBEATS, DamagedFile, parse
 

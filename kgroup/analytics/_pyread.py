@@ -2,8 +2,10 @@
 
 Spark's JSON reader costs about 7 µs of CPU a line (decompression, Jackson, the conversion
 to Spark's rows); reading the file in a Python task and parsing each line with ``orjson``
-costs about 1.5. This module is the reading half of that path (:mod:`._pyjudge` is the
-judging half); it runs inside Spark's Python workers, one task per slice of files.
+costs about 1.5. This module is the reading half of that path, line by line
+(:mod:`._pybatch` certifies many lines at once and falls back on :func:`certify`;
+:mod:`._pyjudge` is the judging half); it runs inside Spark's Python workers, one task per
+slice of files.
 
 It must never disagree with :func:`._read.parse`. So it *certifies* a line only when the
 line is an event on every reading: strict JSON (RFC 8259), one object whose known fields all
@@ -29,7 +31,7 @@ import operator
 import re
 import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -62,7 +64,6 @@ __all__ = [
     "dumps",
     "file_name",
     "read_lines",
-    "read_slice",
     "ts_micros",
 ]
 
@@ -354,58 +355,3 @@ def read_lines(uri: str) -> tuple[list[bytes], Damage | None]:
 #: (NaN when missing) and context indexes, and the list of distinct contexts.
 Chunk = tuple[str, "array[int]", "array[int]", "array[int]", "array[float]", "array[float]",
               "array[int]", list[tuple[Any, ...]]]  # fmt: skip
-
-
-class _Columns:
-    __slots__ = ("contexts", "ctx", "index", "late", "lines", "rtt", "seqs", "ts")
-
-    def __init__(self) -> None:
-        self.lines = array("q")
-        self.seqs = array("q")
-        self.ts = array("q")
-        self.rtt = array("d")
-        self.late = array("d")
-        self.ctx = array("q")
-        self.contexts: list[tuple[Any, ...]] = []
-        self.index: dict[tuple[Any, ...], int] = {}
-
-
-def read_slice(uris: Iterable[str]) -> Iterator[tuple[str, Any]]:
-    """Read the files ``uris`` (one task's slice), yielding keyed records for the judge:
-
-    - ``("m" + member_uid, chunk)``: a member's certified events in one file (:data:`Chunk`);
-    - ``("u" + file, [(line, text, last), ...])``: the file's undecided lines;
-    - ``("d" + file, (line, reason, text))``: the file's damage.
-    """
-    for uri in uris:
-        name = file_name(uri)
-        lines, damage = read_lines(uri)
-        members: dict[str, _Columns] = {}
-        undecided: list[tuple[int, str, bool]] = []
-        last = len(lines)
-        for number, line in enumerate(lines, start=1):
-            event = certify(line)
-            if event is None:
-                undecided.append((number, line.decode("utf-8", "replace"), number == last))
-                continue
-            seq, ts, rtt, late, context = event
-            uid = context[0]
-            cols = members.get(uid)
-            if cols is None:
-                cols = members[uid] = _Columns()
-            at = cols.index.get(context)
-            if at is None:
-                at = cols.index[context] = len(cols.contexts)
-                cols.contexts.append(context)
-            cols.lines.append(number)
-            cols.seqs.append(seq)
-            cols.ts.append(ts)
-            cols.rtt.append(rtt)
-            cols.late.append(late)
-            cols.ctx.append(at)
-        for uid, c in members.items():
-            yield "m" + uid, (name, c.lines, c.seqs, c.ts, c.rtt, c.late, c.ctx, c.contexts)
-        if undecided:
-            yield "u" + name, undecided
-        if damage is not None:
-            yield "d" + name, damage

@@ -1,11 +1,12 @@
-"""The fast reader (kgroup.analytics._pyread, _pyjudge) against Spark's own reading.
+"""The fast reader (kgroup.analytics._pyread, _pybatch, _pyjudge) against Spark's own reading.
 
 The fast path may only certify a line that Spark's JSON reader parses to the same event, so
 the main check here is a fuzz: thousands of lines made from valid events by mutations that
 JSON and Jackson treat differently (types, repeated names, spacing, escapes, big numbers,
-odd timestamps, Jackson's leniencies). Every line the fast path certifies must be an event to
-:func:`kgroup.analytics._read.parse` with the same values. And a log with a line only Spark
-reads as an event is read on the Spark path instead, with the same tables as there.
+odd timestamps, Jackson's leniencies). Every line the fast path certifies, one at a time or
+in a batch, must be an event to :func:`kgroup.analytics._read.parse` with the same values.
+And a log with a line only Spark reads as an event is read on the Spark path instead, with
+the same tables as there.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pyspark.sql import functions as F
 
 from kgroup.analytics._judge import judge
 from kgroup.analytics._pipeline import run_pipeline
+from kgroup.analytics._pybatch import BATCH, _certain, _context, certify_lines, read_slice
 from kgroup.analytics._pyjudge import histogram, percentiles
 from kgroup.analytics._pyread import CONTEXT_COLUMNS, certify, read_lines
 from kgroup.analytics._read import (
@@ -35,6 +37,7 @@ from kgroup.analytics._read import (
     read_files,
 )
 from tests.analytics._compare import assert_tables_equal
+from tests.analytics._logs import Options, simulate, write_logs
 
 pytestmark = pytest.mark.xdist_group("spark")
 
@@ -201,6 +204,79 @@ def test_every_certified_line_is_the_same_event_to_spark(spark: SparkSession) ->
     assert certified > 400, certified
     assert undecided_events > 50, undecided_events
     assert certify(json.dumps(BASE, separators=(",", ":")).encode()) is not None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Certified events equal (NaN equal to NaN)."""
+    if a is None or b is None:
+        return a is b
+    return (
+        a[:2] == b[:2]
+        and a[4] == b[4]
+        and all(x == y or (x != x and y != y) for x, y in zip(a[2:4], b[2:4], strict=True))
+    )
+
+
+def test_every_line_the_batch_path_certifies_is_the_same_event_to_spark(
+    spark: SparkSession,
+) -> None:
+    """The batch path alone (each line a batch of its own): every line it certifies is the
+    event Spark reads and the one :func:`certify` gives; it certifies no line that
+    :func:`certify` leaves undecided."""
+    lines = fuzz_lines(11, 4000)
+    spark_events = _spark_events(spark, lines)
+    certified = 0
+    for i, text in enumerate(lines):
+        columns = _certain([text.encode()])
+        if columns is None:
+            continue
+        certified += 1
+        seqs, ts, rtts, lates, raws = columns
+        mine = (seqs[0], ts[0], rtts[0], lates[0], _context(raws[0]))
+        assert _same(mine, certify(text.encode())), text
+        assert spark_events[i] is not None, f"certified, but not an event to Spark: {text!r}"
+        assert _certified_as_event(mine) == spark_events[i], text
+    assert certified > 400, certified
+    # In batches: the same answers as line by line, whatever the mix.
+    mixed = [text.encode() for text in lines] * 2
+    batched = certify_lines(mixed)
+    assert all(_same(a, certify(b)) for a, b in zip(batched, mixed, strict=True))
+    assert sum(c is not None for c in batched) > 800
+
+
+def test_generated_logs_take_the_batch_path(tmp_path: Path) -> None:
+    """The benchmark's logs are certified in whole batches (kgroup's own writer's lines
+    are checked on real members in test_end_to_end), and a file read batch by batch gives
+    the chunks it gives line by line."""
+    members = simulate(3, Options(groups=2, members=(3, 4), duration_s=300.0))
+    files = write_logs(members, tmp_path, seed=3, gzip_share=0.0)
+    assert files
+    lines_read = 0
+    for path in files:
+        lines = path.read_bytes().splitlines()
+        lines_read += len(lines)
+        for start in range(0, len(lines), BATCH):
+            assert _certain(lines[start : start + BATCH]) is not None, path
+    assert lines_read > BATCH
+    got = list(read_slice([p.as_uri() for p in files]))
+    assert got and all(key[0] == "m" for key, _ in got)
+    by_line: dict[str, list[Any]] = {}
+    for path in files:
+        for number, line in enumerate(path.read_bytes().splitlines(), start=1):
+            event = certify(line)
+            assert event is not None
+            by_line.setdefault(event[4][0], []).append((path.as_uri(), number, event))
+    for key, chunk in got:
+        name, numbers, seqs, ts, rtt, late, ctx, contexts = chunk
+        mine = [
+            (n, (s_, t_, r_, l_, contexts[c]))
+            for n, s_, t_, r_, l_, c in zip(numbers, seqs, ts, rtt, late, ctx, strict=True)
+        ]
+        theirs = [
+            (n, e) for uri, n, e in by_line[key[1:]] if name == "file:" + uri[len("file://") :]
+        ]
+        assert len(mine) == len(theirs)
+        assert all(a[0] == b[0] and _same(a[1], b[1]) for a, b in zip(mine, theirs, strict=True))
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
