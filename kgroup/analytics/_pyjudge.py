@@ -81,15 +81,24 @@ _MEMBER_COLUMNS = [
     ("failure_labels", T.ArrayType(_S)), ("rtt_hist", T.ArrayType(_L)),
     ("late_hist", T.ArrayType(_L)),
 ]  # fmt: skip
-#: The rows the Python tasks hand to Spark, of plain types (no per-value conversion), one
-#: ``kind`` a row: ``m`` a member (its kept events and its faults as JSON text: one value
-#: each for Spark to take over, not one per event), ``u`` an undecided line, ``d`` a
-#: damaged file.
+#: A kept event's columns: :data:`._read.EVENT_COLUMNS`, ``ts`` in microseconds.
+_KEPT = T.StructType(
+    [
+        T.StructField(f.name, _L if f.name == "ts" else f.dataType)
+        for f in EVENT_SCHEMA.fields
+        if f.name in EVENT_COLUMNS
+    ]
+)
+#: The rows the Python tasks hand to Spark, of types that need no conversion in Python
+#: (no timestamps), one ``kind`` a row: ``m`` a member (its kept events column by column,
+#: ``k_<column>`` an array each: a few values for Spark to take over per event, not a row,
+#: nor text to parse; its faults as JSON text), ``u`` an undecided line, ``d`` a damaged
+#: file.
 WIRE_SCHEMA = T.StructType(
     [
         T.StructField("kind", _S),
         *[T.StructField(c, t) for c, t in _MEMBER_COLUMNS],
-        T.StructField("kept_json", _S),
+        *[T.StructField("k_" + f.name, T.ArrayType(f.dataType)) for f in _KEPT.fields],
         T.StructField("faults_json", _S),
         T.StructField("file", _S),
         T.StructField("pos", _L),
@@ -97,16 +106,6 @@ WIRE_SCHEMA = T.StructType(
         T.StructField("text", _S),
         T.StructField("last", _B),
     ]
-)
-#: A kept event in ``kept_json``: :data:`._read.EVENT_COLUMNS`, ``ts`` in microseconds.
-_KEPT = T.ArrayType(
-    T.StructType(
-        [
-            T.StructField(f.name, _L if f.name == "ts" else f.dataType)
-            for f in EVENT_SCHEMA.fields
-            if f.name in EVENT_COLUMNS
-        ]
-    )
 )
 _FAULTS = T.ArrayType(
     T.StructType(
@@ -140,8 +139,7 @@ JUDGED_SCHEMA = _struct(
         for c, t in _MEMBER_COLUMNS[1:]
     ],
     ("events_kept", T.ArrayType(_struct(
-        *[(f.name, T.TimestampType() if f.name == "ts" else f.dataType)
-          for f in _KEPT.elementType.fields]  # type: ignore[attr-defined]
+        *[(f.name, T.TimestampType() if f.name == "ts" else f.dataType) for f in _KEPT.fields]
     ))),
     ("faults", T.ArrayType(_struct(
         ("file", _S), ("blk", _L), ("pos", _L), ("reason", _S), ("seq", _L)
@@ -149,28 +147,26 @@ JUDGED_SCHEMA = _struct(
     ("spans", T.ArrayType(_struct(("file", _S), ("blk", _L), ("pos", _L)))),
 )  # fmt: skip
 _NONE_LINE = (None,) * 5
-_NONE_MEMBER = (None,) * (len(_MEMBER_COLUMNS) + 2)
+_NONE_MEMBER = (None,) * (len(_MEMBER_COLUMNS) + len(_KEPT.fields) + 1)
 #: Where each event column is in a context (None: not in it).
 _FROM_CONTEXT = [(c, _C.get(c)) for c in EVENT_COLUMNS[2:-2]]
 
 
-def _kept(ts: int, seq: int, context: tuple[Any, ...], rtt: float, late: float) -> dict[str, Any]:
-    """A kept event as ``kept_json`` holds it (null fields left out)."""
-    out: dict[str, Any] = {"ts": ts, "seq": seq}
+def _middle(context: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A kept event's columns from its context: :data:`._read.EVENT_COLUMNS` but ``ts``,
+    ``seq`` and the two timings."""
+    out: list[Any] = []
     for column, at in _FROM_CONTEXT:
         if at is None:  # a partitions field, from its two tuples
             topics = context[_C[column + "_topics"]]
-            if topics is not None:
+            if topics is None:
+                out.append(None)
+            else:
                 parts = context[_C[column + "_partitions"]]
-                pairs = zip(topics, parts, strict=True)
-                out[column] = [{"topic": t, "partition": p} for t, p in pairs]
-        elif context[at] is not None:
-            out[column] = context[at]
-    if rtt == rtt:
-        out["hb_rtt_ms"] = rtt
-    if late == late:
-        out["hb_late_ms"] = late
-    return out
+                out.append(list(zip(topics, parts, strict=True)))
+        else:
+            out.append(context[at])
+    return tuple(out)
 
 
 def percentiles(values: list[float]) -> list[float] | None:
@@ -325,7 +321,19 @@ def judge_member(uid: str, chunks: list[Chunk]) -> tuple[Any, ...]:
     starts = [0, *compress(range(1, n), map(operator.ne, key, islice(key, 1, None)))]
     ends = {*starts, *(s - 1 for s in starts[1:]), n - 1}
     chosen = sorted({*compress(range(n), read_line), *(i for i in ends if i not in fault)})
-    kept = [_kept(ts[i], seqs[i], contexts[ctx[i]], rtt[i], late[i]) for i in chosen]
+    # The kept events column by column (:data:`_KEPT`).
+    middles = [_middle(context) for context in contexts]
+    kept: list[list[Any]] = [
+        [ts[i] for i in chosen],
+        [seqs[i] for i in chosen],
+        *(
+            (list(c) for c in zip(*[middles[ctx[i]] for i in chosen], strict=True))
+            if chosen
+            else ([] for _ in _FROM_CONTEXT)
+        ),
+        [None if rtt[i] != rtt[i] else rtt[i] for i in chosen],
+        [None if late[i] != late[i] else late[i] for i in chosen],
+    ]
     return (
         "m", uid, lc[_GROUP], lc[_HOST], lc[_PID], lc[_CLIENT], member_id, instance_id,
             ts[keep[0]], ts[last], seqs[last], lc[_EVENT],
@@ -333,8 +341,8 @@ def judge_member(uid: str, chunks: list[Chunk]) -> tuple[Any, ...]:
             counts["polls"], counts["fencings"], counts["leases"], counts["hbs"],
             percentiles(rtts), percentiles(lates), counts["failures"], counts["stalls"],
             max(stall_lates) if stall_lates else None, labels, histogram(rtts),
-            histogram(lates), _dumps(kept).decode(),
-            _dumps(fault_rows).decode() if fault_rows else None, *_NONE_LINE,
+            histogram(lates), *kept, _dumps(fault_rows).decode() if fault_rows else None,
+            *_NONE_LINE,
     )  # fmt: skip
 
 
@@ -442,15 +450,19 @@ def judge_local_files(spark: SparkSession, files: list[str], stage: Stage) -> Ju
         ]
     )
     bad = stage(_bad_line_rows(parsed, JUDGED_SCHEMA), "pyjudged_bad")
-    # The kept events, out of their JSON once (Jackson, in the JVM) and staged.
-    kept = wire.where(kind == "m").select(F.explode(F.from_json("kept_json", _KEPT)).alias("e"))
+    # The kept events, out of their columns once and staged.
+    kept = wire.where(kind == "m").select(
+        F.explode(F.arrays_zip(*["k_" + f.name for f in _KEPT.fields])).alias("e")
+    )
     events = stage(
         kept.select(
             *[
-                F.timestamp_micros(F.col("e.ts")).alias("ts") if c == "ts" else F.col("e." + c)
+                F.timestamp_micros(F.col("e.k_ts")).alias("ts")
+                if c == "ts"
+                else F.col("e.k_" + c).alias(c)
                 for c in EVENT_COLUMNS
             ],
-            F.when(F.col("e.event").isin(*_HEARTBEATS), F.lit("heartbeat"))
+            F.when(F.col("e.k_event").isin(*_HEARTBEATS), F.lit("heartbeat"))
             .otherwise(F.lit("other"))
             .alias("kind"),
         ),
