@@ -322,7 +322,7 @@ def judge_member(uid: str, chunks: list[Chunk]) -> tuple[Any, ...]:
     ends = {*starts, *(s - 1 for s in starts[1:]), n - 1}
     chosen = sorted({*compress(range(n), read_line), *(i for i in ends if i not in fault)})
     # The kept events column by column (:data:`_KEPT`).
-    middles = [_middle(context) for context in contexts]
+    middles = {c: _middle(contexts[c]) for c in {ctx[i] for i in chosen}}
     kept: list[list[Any]] = [
         [ts[i] for i in chosen],
         [seqs[i] for i in chosen],
