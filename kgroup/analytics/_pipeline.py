@@ -67,6 +67,9 @@ _REPORT_ORDER: dict[str, tuple[str, ...]] = {
 
 Progress = Callable[[str], None]
 
+#: A column no table has: each row's place in the order its table is read in.
+_POSITION = "_kgroup_position"
+
 
 @dataclass
 class PipelineResult:
@@ -85,21 +88,29 @@ def _rfc3339(column: str) -> Any:
 
 def collect_rows(df: DataFrame, name: str, limit: int | None = None) -> list[dict[str, Any]]:
     """``df``'s rows as dicts in the table's column order, timestamps as RFC 3339 strings
-    (formatted by Spark in the session's time zone, which the job sets to UTC)."""
+    (formatted by Spark in the session's time zone, which the job sets to UTC), in the
+    table's report order; with ``limit``, only the first ``limit + 1`` rows in that order
+    (when there are more than ``limit``, the caller knows the table was cut)."""
     columns = TABLES[name]
     selected = df.select(
         *[_rfc3339(c).alias(c) if c in TIMESTAMP_COLUMNS else F.col(c) for c in columns]
     )
     order = _REPORT_ORDER.get(name)
-    if limit is None:
-        rows = [row.asDict() for row in selected.collect()]
+    if limit is None or not order:
+        query = selected if limit is None else selected.limit(limit + 1)
+        rows = [row.asDict() for row in query.collect()]
     else:
-        rows = [row.asDict() for row in selected.limit(limit + 1).collect()]
-        if len(rows) > limit:
-            # Too big to hand over whole: the rows kept are the first in report order.
-            if order:
-                selected = selected.orderBy(*[F.col(c).asc_nulls_first() for c in order])
-            rows = [row.asDict() for row in selected.limit(limit + 1).collect()]
+        # One query, whatever the table's size (Spark's TakeOrderedAndProject: each task
+        # keeps its first rows, the driver merges them): the first rows in report order,
+        # nulls first. Rows equal in that order come in the order they are read in (the
+        # position column), as a collect of the whole table would give them.
+        keyed = selected.select("*", F.monotonically_increasing_id().alias(_POSITION))
+        ordered = keyed.orderBy(*[F.col(c).asc_nulls_first() for c in (*order, _POSITION)])
+        rows = []
+        for row in ordered.limit(limit + 1).collect():
+            values = row.asDict()
+            del values[_POSITION]
+            rows.append(values)
     if order:
         rows.sort(key=lambda r: tuple(_sort_key(r[c]) for c in order))
     return rows
