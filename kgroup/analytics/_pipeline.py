@@ -199,6 +199,12 @@ def run_pipeline(
     is_member = F.col("member_uid").isNotNull()
 
     judged_rows = judged.members
+    # One query for both: the two aggregations run side by side.
+    fault = F.col("reason")
+    fault_counts = judged.faults.agg(
+        F.count(F.when(fault == "duplicate", 1)).alias("duplicate"),
+        F.count(F.when(fault == "out_of_order", 1)).alias("out_of_order"),
+    )
     totals = collect_rows_raw(
         judged_rows.agg(
             F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
@@ -207,12 +213,9 @@ def run_pipeline(
             F.countDistinct(F.when(is_member, F.col("group"))).alias("groups"),
             F.min("first_ts").alias("first_ts"),
             F.max("last_ts").alias("last_ts"),
-        )
+        ).crossJoin(fault_counts)
     )
-    counts = {k: int(totals[k]) for k in ("events", "lines")}
-    counts.update(duplicate=0, out_of_order=0)
-    for row in judged.faults.groupBy("reason").count().collect():
-        counts[row["reason"]] = int(row["count"])
+    counts = {k: int(totals[k]) for k in ("events", "lines", "duplicate", "out_of_order")}
     n_events = counts["events"]
     n_bad = counts["lines"] + counts["duplicate"] + counts["out_of_order"]
     # Damaged gzip files: read up to the damage; the damage is a bad record of its own.
