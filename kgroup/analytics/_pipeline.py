@@ -6,6 +6,10 @@ local files, :mod:`._pyjudge`; by Spark's JSON reader otherwise, :mod:`._judge`:
 member is staged under ``<out>/_work``, removed at the end), every table is computed
 once, and the driver never holds more than the small rows it collects for the summary and
 the report.
+
+The tables are small Spark jobs: :func:`_write_tables` runs :data:`TABLE_WORKERS` of them at
+once from driver threads (:mod:`._tasks`), each as soon as the tables it reads are written,
+and collects each table's report rows as soon as it is written.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from pyspark import inheritable_thread_target
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -38,9 +43,18 @@ from ._pyjudge import Judged, judge_local_files
 from ._read import LogFiles, bad_lines, bad_records, damaged_files, parse
 from ._rebalances import rebalance_stats, rebalances
 from ._safety import overlaps
+from ._tasks import Step, Task, run_tasks
 from ._unavailability import unavailability, unavailability_by_rebalance
 
-__all__ = ["READERS", "REPORT_ROW_LIMIT", "PipelineResult", "collect_rows", "run_pipeline"]
+__all__ = [
+    "READERS",
+    "REPORT_ROW_LIMIT",
+    "TABLE_ORDER",
+    "TABLE_WORKERS",
+    "PipelineResult",
+    "collect_rows",
+    "run_pipeline",
+]
 
 #: The ways a source of files can be read (see :func:`run_pipeline`).
 READERS = ("auto", "python", "spark")
@@ -65,7 +79,21 @@ _REPORT_ORDER: dict[str, tuple[str, ...]] = {
     "bad_records": ("file", "line", "reason"),
 }
 
+#: Every table but the summary, in the order the result hands over their rows.
+TABLE_ORDER = (
+    "ownership", "generations", "rebalances", "rebalance_stats", "unavailability",
+    "unavailability_by_rebalance", "churn", "heartbeat_health", "heartbeat_failures",
+    "heartbeat_histogram", "overlaps", "bad_records",
+)  # fmt: skip
+
+#: How many of the tables' steps (a table's Spark jobs, or collecting its rows) run at once,
+#: each from a driver thread of its own (:mod:`._tasks`).
+TABLE_WORKERS = 3
+
 Progress = Callable[[str], None]
+
+#: A column no table has: each row's place in the order its table is read in.
+_POSITION = "_kgroup_position"
 
 
 @dataclass
@@ -85,21 +113,29 @@ def _rfc3339(column: str) -> Any:
 
 def collect_rows(df: DataFrame, name: str, limit: int | None = None) -> list[dict[str, Any]]:
     """``df``'s rows as dicts in the table's column order, timestamps as RFC 3339 strings
-    (formatted by Spark in the session's time zone, which the job sets to UTC)."""
+    (formatted by Spark in the session's time zone, which the job sets to UTC), in the
+    table's report order; with ``limit``, only the first ``limit + 1`` rows in that order
+    (when there are more than ``limit``, the caller knows the table was cut)."""
     columns = TABLES[name]
     selected = df.select(
         *[_rfc3339(c).alias(c) if c in TIMESTAMP_COLUMNS else F.col(c) for c in columns]
     )
     order = _REPORT_ORDER.get(name)
-    if limit is None:
-        rows = [row.asDict() for row in selected.collect()]
+    if limit is None or not order:
+        query = selected if limit is None else selected.limit(limit + 1)
+        rows = [row.asDict() for row in query.collect()]
     else:
-        rows = [row.asDict() for row in selected.limit(limit + 1).collect()]
-        if len(rows) > limit:
-            # Too big to hand over whole: the rows kept are the first in report order.
-            if order:
-                selected = selected.orderBy(*[F.col(c).asc_nulls_first() for c in order])
-            rows = [row.asDict() for row in selected.limit(limit + 1).collect()]
+        # One query, whatever the table's size (Spark's TakeOrderedAndProject: each task
+        # keeps its first rows, the driver merges them): the first rows in report order,
+        # nulls first. Rows equal in that order come in the order they are read in (the
+        # position column), as a collect of the whole table would give them.
+        keyed = selected.select("*", F.monotonically_increasing_id().alias(_POSITION))
+        ordered = keyed.orderBy(*[F.col(c).asc_nulls_first() for c in (*order, _POSITION)])
+        rows = []
+        for row in ordered.limit(limit + 1).collect():
+            values = row.asDict()
+            del values[_POSITION]
+            rows.append(values)
     if order:
         rows.sort(key=lambda r: tuple(_sort_key(r[c]) for c in order))
     return rows
@@ -188,6 +224,12 @@ def run_pipeline(
     is_member = F.col("member_uid").isNotNull()
 
     judged_rows = judged.members
+    # One query for both: the two aggregations run side by side.
+    fault = F.col("reason")
+    fault_counts = judged.faults.agg(
+        F.count(F.when(fault == "duplicate", 1)).alias("duplicate"),
+        F.count(F.when(fault == "out_of_order", 1)).alias("out_of_order"),
+    )
     totals = collect_rows_raw(
         judged_rows.agg(
             F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
@@ -196,12 +238,9 @@ def run_pipeline(
             F.countDistinct(F.when(is_member, F.col("group"))).alias("groups"),
             F.min("first_ts").alias("first_ts"),
             F.max("last_ts").alias("last_ts"),
-        )
+        ).crossJoin(fault_counts)
     )
-    counts = {k: int(totals[k]) for k in ("events", "lines")}
-    counts.update(duplicate=0, out_of_order=0)
-    for row in judged.faults.groupBy("reason").count().collect():
-        counts[row["reason"]] = int(row["count"])
+    counts = {k: int(totals[k]) for k in ("events", "lines", "duplicate", "out_of_order")}
     n_events = counts["events"]
     n_bad = counts["lines"] + counts["duplicate"] + counts["out_of_order"]
     # Damaged gzip files: read up to the damage; the damage is a bad record of its own.
@@ -210,10 +249,7 @@ def run_pipeline(
     progress(f"read {n_events + n_bad:,} lines: {n_events:,} events, {n_bad:,} bad records")
     if damaged:
         progress(f"{len(damaged):,} damaged compressed file(s): read up to the damage")
-    # Every non-heartbeat event and the few heartbeats the generations need.
-    events = judged.events
 
-    progress("bad records")
     bad = bad_lines(judged_lines(judged_rows), judged.faults)
     if n_bad:
         bad = bad_records(bad, None if judged.numbered else blocks(judged_rows))
@@ -226,49 +262,19 @@ def run_pipeline(
                 "file string, line long, reason string, member_uid string, seq long, text string",
             )
         )
-    bad = save(bad, "bad_records")
-
-    mem = members(judged_rows)
-    groups = mem.select("group").distinct()
-    group_last = mem.groupBy("group").agg(F.max("last_ts").alias("last_ts"))
-    result: dict[str, DataFrame] = {}
-
-    progress("ownership and generations")
-    own = stage(ownership(events, mem), "ownership")
-    result["ownership"] = save(_ordered(own, "ownership"), "ownership")
-    result["generations"] = save(_ordered(generations(events), "generations"), "generations")
-
-    progress("rebalances")
-    reb = save(_ordered(rebalances(events, mem), "rebalances"), "rebalances")
-    result["rebalances"] = reb
-    result["rebalance_stats"] = save(
-        _ordered(rebalance_stats(reb, groups), "rebalance_stats"), "rebalance_stats"
+    progress(f"computing the tables, {TABLE_WORKERS} Spark jobs at a time")
+    tables = _write_tables(
+        spark,
+        # Every non-heartbeat event and the few heartbeats the generations need.
+        judged.events,
+        judged_rows,
+        bad,
+        clock_skew_s=clock_skew_s,
+        save=save,
+        stage=stage,
+        progress=progress,
+        collect=collect,
     )
-
-    progress("unavailability")
-    una = save(_ordered(unavailability(own, reb, group_last), "unavailability"), "unavailability")
-    result["unavailability"] = una
-    result["unavailability_by_rebalance"] = save(
-        _ordered(unavailability_by_rebalance(una), "unavailability_by_rebalance"),
-        "unavailability_by_rebalance",
-    )
-
-    progress("churn")
-    result["churn"] = save(_ordered(churn(mem), "churn"), "churn")
-
-    progress("heartbeat health")
-    result["heartbeat_health"] = save(
-        _ordered(heartbeat_health(judged_rows), "heartbeat_health"), "heartbeat_health"
-    )
-    result["heartbeat_failures"] = save(
-        _ordered(heartbeat_failures(judged_rows), "heartbeat_failures"), "heartbeat_failures"
-    )
-    result["heartbeat_histogram"] = save(
-        _ordered(heartbeat_histogram(judged_rows), "heartbeat_histogram"), "heartbeat_histogram"
-    )
-
-    progress("safety: overlapping claims")
-    result["overlaps"] = save(_ordered(overlaps(own, clock_skew_s), "overlaps"), "overlaps")
 
     progress("summary")
     summary: dict[str, Any] = {
@@ -282,10 +288,10 @@ def run_pipeline(
         "last_ts": totals["last_ts"],
         "job_seconds": 0.0,
     }
-    res = PipelineResult(summary, overlaps=result["overlaps"].count())
+    res = PipelineResult(summary, overlaps=tables.overlaps)
     if collect:
-        for name, df in [*result.items(), ("bad_records", bad)]:
-            rows = collect_rows(df, name, REPORT_ROW_LIMIT + 1)
+        for name in TABLE_ORDER:
+            rows = tables.rows[name]
             if len(rows) > REPORT_ROW_LIMIT:
                 res.truncated.append(name)
                 rows = rows[:REPORT_ROW_LIMIT]
@@ -309,6 +315,122 @@ def run_pipeline(
     summary_df.coalesce(1).write.mode("overwrite").parquet(_fs.join(tables_dir, "summary"))
     res.tables["summary"] = [dict(summary)]
     return res
+
+
+@dataclass
+class _Written:
+    """The tables, each read back from where it was written; their collected rows (when
+    asked for; at most ``REPORT_ROW_LIMIT + 2`` each); the number of overlaps."""
+
+    frames: dict[str, DataFrame]
+    rows: dict[str, list[dict[str, Any]]]
+    overlaps: int = 0
+
+
+def _write_tables(
+    spark: SparkSession,
+    events: DataFrame,
+    judged_rows: DataFrame,
+    bad: DataFrame,
+    *,
+    clock_skew_s: float,
+    save: Callable[[DataFrame, str], DataFrame],
+    stage: Callable[[DataFrame, str], DataFrame],
+    progress: Progress,
+    collect: bool,
+) -> _Written:
+    """Compute and write every table (``bad``: the bad records), :data:`TABLE_WORKERS` Spark
+    jobs at a time (:func:`._tasks.run_tasks`), each once the ones it reads are written, and
+    collect each table's rows for the report (``collect``) once it is written."""
+    mem = members(judged_rows)
+    groups = mem.select("group").distinct()
+    group_last = mem.groupBy("group").agg(F.max("last_ts").alias("last_ts"))
+    out = _Written({}, {})
+    frames = out.frames
+    staged: dict[str, DataFrame] = {}
+
+    def own() -> None:
+        # Read by three tables: computed once, staged.
+        staged["own"] = stage(ownership(events, mem), "ownership")
+
+    computations: list[tuple[str, Callable[[], DataFrame], tuple[str, ...]]] = [
+        # The longest chain first: it starts first whenever there is a choice.
+        ("rebalances", lambda: rebalances(events, mem), ()),
+        (
+            "unavailability",
+            lambda: unavailability(staged["own"], frames["rebalances"], group_last),
+            ("own", "rebalances"),
+        ),
+        (
+            "unavailability_by_rebalance",
+            lambda: unavailability_by_rebalance(frames["unavailability"]),
+            ("unavailability",),
+        ),
+        ("ownership", lambda: staged["own"], ("own",)),
+        ("overlaps", lambda: overlaps(staged["own"], clock_skew_s), ("own",)),
+        ("rebalance_stats", lambda: rebalance_stats(frames["rebalances"], groups), ("rebalances",)),
+        ("generations", lambda: generations(events), ()),
+        ("heartbeat_histogram", lambda: heartbeat_histogram(judged_rows), ()),
+        ("heartbeat_health", lambda: heartbeat_health(judged_rows), ()),
+        ("heartbeat_failures", lambda: heartbeat_failures(judged_rows), ()),
+        ("churn", lambda: churn(mem), ()),
+        ("bad_records", lambda: bad, ()),
+    ]
+
+    def write(name: str, compute: Callable[[], DataFrame]) -> Step:
+        def step() -> None:
+            frames[name] = save(_ordered(compute(), name), name)
+
+        return step
+
+    def rows(name: str) -> Step:
+        def step() -> None:
+            got = collect_rows(frames[name], name, REPORT_ROW_LIMIT + 1)
+            out.rows[name] = got
+            if name == "overlaps":
+                # All of them unless the limit was reached.
+                over = len(got) > REPORT_ROW_LIMIT + 1
+                out.overlaps = frames[name].count() if over else len(got)
+
+        return step
+
+    def count_overlaps() -> None:
+        out.overlaps = frames["overlaps"].count()
+
+    def described(name: str, step: Step) -> Step:
+        def run() -> None:
+            # What the Spark UI and the event log call the step's jobs (a property of the
+            # thread, set afresh for each step).
+            spark.sparkContext.setJobDescription(f"kgroup report: {name}")
+            step()
+
+        return run
+
+    tasks = [Task("own", own)]
+    tasks += [Task(name, write(name, compute), after) for name, compute, after in computations]
+    if collect:
+        tasks += [Task(f"rows of {name}", rows(name), (name,)) for name in TABLE_ORDER]
+    else:
+        tasks.append(Task("count of overlaps", count_overlaps, ("overlaps",)))
+    tasks = [Task(task.name, described(task.name, task.run), task.after) for task in tasks]
+    written = 0
+
+    def done(name: str) -> None:
+        nonlocal written
+        if name in TABLE_ORDER:
+            written += 1
+            progress(f"wrote {name} ({written}/{len(TABLE_ORDER)})")
+            if written == len(TABLE_ORDER) and collect and len(out.rows) < len(TABLE_ORDER):
+                progress("collecting the rows for the report")
+
+    run_tasks(
+        tasks,
+        workers=TABLE_WORKERS,
+        on_done=done,
+        # Each job with the caller's Spark local properties (a job group, a scheduler pool).
+        wrap=lambda step: inheritable_thread_target(spark)(step),
+    )
+    return out
 
 
 def _judge_on_spark(
