@@ -120,9 +120,9 @@ _FRACTION = itemgetter(slice(20, 26))
 _ZONE = itemgetter(26)
 _UID = itemgetter(0)
 _seconds: dict[str, int] = {}
-_SECONDS_LIMIT = 100_000
+_SECONDS_LIMIT = 20_000
 _contexts: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-_CONTEXTS_LIMIT = 100_000
+_CONTEXTS_LIMIT = 10_000
 
 #: Certified columns of a batch: ``seq``, ``ts`` (microseconds), round trips and lateness
 #: (NaN when missing), and contexts (:data:`._pyread.CONTEXT_COLUMNS`).
