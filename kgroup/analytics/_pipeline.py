@@ -407,10 +407,13 @@ def _write_tables(
         return run
 
     tasks = [Task("own", own)]
-    tasks += [Task(name, write(name, compute), after) for name, compute, after in computations]
-    if collect:
-        tasks += [Task(f"rows of {name}", rows(name), (name,)) for name in TABLE_ORDER]
-    else:
+    for name, compute, after in computations:
+        tasks.append(Task(name, write(name, compute), after))
+        if collect:
+            # Right after its table: the rows are collected while other tables' jobs run,
+            # not all at the end.
+            tasks.append(Task(f"rows of {name}", rows(name), (name,)))
+    if not collect:
         tasks.append(Task("count of overlaps", count_overlaps, ("overlaps",)))
     tasks = [Task(task.name, described(task.name, task.run), task.after) for task in tasks]
     written = 0
