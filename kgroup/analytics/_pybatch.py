@@ -130,23 +130,27 @@ Columns = tuple[Sequence[int], Sequence[int], Sequence[float], Sequence[float],
                 list[tuple[Any, ...]]]  # fmt: skip
 
 
+#: Where each context column is in :func:`_make_context`'s values: the plain columns
+#: first, then each partitions field's topics and partitions.
+_PLAIN = len(_RAW_COLUMNS) - len(_PARTITION_FIELDS)
+_ARRANGE = itemgetter(
+    *[
+        _RAW_COLUMNS.index(c)
+        if c in _RAW_COLUMNS[:_PLAIN]
+        else _PLAIN + 2 * _PARTITION_FIELDS.index(c.rpartition("_")[0]) + c.endswith("_partitions")
+        for c in CONTEXT_COLUMNS
+    ]
+)
+
+
 def _make_context(raw: tuple[Any, ...]) -> tuple[Any, ...]:
-    values = dict(zip(_RAW_COLUMNS, raw, strict=True))
-    out: list[Any] = []
-    for column in CONTEXT_COLUMNS:
-        field, _, part = column.rpartition("_")
-        if field in _PARTITION_FIELDS and part in ("topics", "partitions"):
-            items = values[field]
-            if items is None or items is _UNSET:
-                out.append(None)
-            elif part == "topics":
-                out.append(tuple(p.topic for p in items))
-            else:
-                out.append(tuple(p.partition for p in items))
+    values = [None if value is _UNSET else value for value in raw[:_PLAIN]]
+    for items in raw[_PLAIN:]:
+        if items is None or items is _UNSET:
+            values += (None, None)
         else:
-            value = values[column]
-            out.append(None if value is _UNSET else value)
-    return tuple(out)
+            values += (tuple(p.topic for p in items), tuple(p.partition for p in items))
+    return _ARRANGE(values)  # type: ignore[no-any-return]
 
 
 def _timestamps(ts: Sequence[str]) -> list[int] | None:
@@ -167,7 +171,8 @@ def _timestamps(ts: Sequence[str]) -> list[int] | None:
                 _seconds[second] = at
         micros = list(map(_seconds.__getitem__, seconds))
     fractions = list(map(_FRACTION, ts))
-    if not all(map(str.isascii, fractions)) or not all(map(str.isdigit, fractions)):
+    digits = "".join(fractions)
+    if not digits.isascii() or not digits.isdigit():
         return None
     return list(map(operator.add, micros, map(int, fractions)))
 
@@ -248,15 +253,17 @@ class _Member:
         index = self.index
         ids = list(map(index.get, keys))
         if None in ids:
-            for key in dict.fromkeys(keys):
-                if key not in index:
+            for i in [i for i, at in enumerate(ids) if at is None]:
+                key = keys[i]
+                at = index.get(key)
+                if at is None:
                     context = _context(key) if len(key) == len(_RAW_COLUMNS) else key
                     at = self.at.get(context)
                     if at is None:
                         at = self.at[context] = len(self.contexts)
                         self.contexts.append(context)
                     index[key] = at
-            ids = list(map(index.__getitem__, keys))
+                ids[i] = at
         self.lines.extend(numbers)
         self.seqs.extend(seqs)
         self.ts.extend(ts)
