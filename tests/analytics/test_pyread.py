@@ -32,6 +32,7 @@ from kgroup.analytics._read import (
     SOURCE_SCHEMA,
     damaged_files,
     empty_source,
+    file_uri,
     local_log_files,
     parse,
     read_files,
@@ -407,3 +408,48 @@ def test_local_listing_names_the_files_spark_reads(spark: SparkSession, tmp_path
     assert len(want) > 15
     one = [str(root / "a b.jsonl"), str(root / "_u.jsonl"), str(root / "o.json")]
     assert local_log_files(one) == sorted(read_files(spark, one).inputFiles())
+
+
+def test_kept_events_keep_their_own_group_host_pid_and_client(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """The python reader sends a kept event's member_uid, group, host, pid and client_id
+    once per member when they are the member row's; an event with other values in them
+    keeps its own, as on the Spark path (one member's events spread over two processes'
+    files, and a member whose events all agree)."""
+    from kgroup.analytics._judge import judged_events
+    from kgroup.analytics._pyjudge import judge_local_files
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    other = dict(BASE, member_uid="0" * 32, client_id="other-c")
+    changes = [
+        {},
+        {"host": "host-2"},
+        {"group": "group-9", "generation": 4},
+        {"pid": 7},
+        {"client_id": "moved-c", "host": "host-3"},
+        {},
+    ]
+    for name, base in (("a.jsonl", BASE), ("b.jsonl", other)):
+        rows = []
+        for i, change in enumerate(changes):
+            event = "member.state_changed" if i % 2 else "member.joined"
+            row = dict(base, seq=i, event=event, ts=f"2026-11-18T11:06:{10 + i:02d}.000000Z")
+            if name == "a.jsonl":
+                row.update(change)
+            rows.append(_dump(row))
+        (logs / name).write_text("\n".join(rows) + "\n")
+    files = [file_uri(str(logs / n)) for n in ("a.jsonl", "b.jsonl")]
+    judged = judge_local_files(spark, files, lambda df, _name: df)
+    assert judged is not None
+    want = judged_events(judge(parse(read_files(spark, [str(logs)]))))
+    columns = want.columns
+    got = judged.events.select(*columns)
+    mine = sorted(tuple(r) for r in got.collect())
+    theirs = sorted(tuple(r) for r in want.collect())
+    assert mine == theirs
+    hosts = {(r["member_uid"], r["seq"]): r["host"] for r in got.collect()}
+    assert hosts[(BASE["member_uid"], 1)] == "host-2"
+    assert hosts[(BASE["member_uid"], 4)] == "host-3"
+    assert {hosts[("0" * 32, i)] for i in range(6)} == {"host-1"}
