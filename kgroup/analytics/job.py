@@ -27,7 +27,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TextIO
 
 from pyspark import SparkContext
@@ -39,30 +39,58 @@ from kgroup.analytics._command import add_arguments
 from kgroup.analytics._pipeline import PipelineResult, run_pipeline
 from kgroup.analytics._read import LogFiles, empty_source, read_files
 
-__all__ = ["LOCAL_DEFAULTS", "build_session", "main", "run", "wants_html"]
+__all__ = [
+    "FIRST_TIER_ONLY",
+    "LOCAL_DEFAULTS",
+    "build_session",
+    "main",
+    "reads_in_python",
+    "run",
+    "wants_html",
+]
 
 
 #: The JVM's settings on a local master when ``--conf`` does not give them: a 512 MiB heap,
-#: the serial collector, bounded code cache, direct memory, metaspace and thread stacks,
-#: and only the JIT's first tier. With the Python driver, the process pair stays within
-#: 1 GiB (the benchmark's figures are with these; the serial collector and a 64 MiB code
-#: cache took 50-80 MiB off the parallel collector's peak at the same speed at 10M
-#: events). The JIT's optimising tier (C2) spent the job's two cores compiling code the
-#: job then ran for seconds: without it 10M events took about 12% less time.
+#: the serial collector, bounded code cache, direct memory, metaspace and thread stacks.
+#: With the Python driver, the process pair stays within 1 GiB (the benchmark's figures
+#: are with these; the serial collector and a 64 MiB code cache took 50-80 MiB off the
+#: parallel collector's peak at the same speed at 10M events).
 LOCAL_DEFAULTS = {
     "spark.driver.memory": "512m",
     "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:ReservedCodeCacheSize=64m "
-    "-XX:MaxDirectMemorySize=128m -XX:MaxMetaspaceSize=256m -Xss512k "
-    "-XX:TieredStopAtLevel=1",
+    "-XX:MaxDirectMemorySize=128m -XX:MaxMetaspaceSize=256m -Xss512k",
 }
+#: Added to the JVM's options on a local master when the python reader reads the logs:
+#: only the JIT's first tier. There the JVM shares two cores with the Python workers and
+#: the optimising tier (C2) spent them compiling code the job then ran for seconds (10M
+#: events: 73.7 and 76.2 s against 84.8 and 88.0 s). Spark's JSON reader is the JVM's own
+#: hot loop and needs C2 (10M events: 276.2 s with the flag against 151.5 s without).
+FIRST_TIER_ONLY = "-XX:TieredStopAtLevel=1"
+
+
+def local_settings(given: Iterable[str], *, python_reader: bool) -> dict[str, str]:
+    """The settings a local master's JVM gets from kgroup: :data:`LOCAL_DEFAULTS` but the
+    keys ``given`` (by ``--conf``), and :data:`FIRST_TIER_ONLY` in the JVM's options for
+    the python reader."""
+    settings = {k: v for k, v in LOCAL_DEFAULTS.items() if k not in set(given)}
+    options = settings.get("spark.driver.extraJavaOptions")
+    if options is not None and python_reader:
+        settings["spark.driver.extraJavaOptions"] = f"{options} {FIRST_TIER_ONLY}"
+    return settings
 
 
 def build_session(
-    master: str | None, *, kafka: bool = False, conf: Sequence[str] = ()
+    master: str | None,
+    *,
+    kafka: bool = False,
+    conf: Sequence[str] = (),
+    python_reader: bool = False,
 ) -> SparkSession:
     """The job's session. ``master`` None leaves the choice to ``spark-submit`` (or
     PySpark's own default, ``local[*]``). ``kafka`` adds the ``spark-sql-kafka`` package
-    matching the installed PySpark. ``conf``: ``KEY=VALUE`` settings, applied last."""
+    matching the installed PySpark. ``conf``: ``KEY=VALUE`` settings, applied last.
+    ``python_reader``: the python reader will read the logs (on a local master the JVM
+    then runs with :data:`FIRST_TIER_ONLY`)."""
     builder = SparkSession.builder.appName("kgroup-report")
     if master:
         builder = builder.master(master)
@@ -77,9 +105,8 @@ def build_session(
     if master and master.startswith("local") and SparkContext._active_spark_context is None:
         # This process starts the JVM, which is the driver and the executors at once: keep
         # the two together within about 1 GiB unless told otherwise.
-        for key, value in LOCAL_DEFAULTS.items():
-            if key not in given_keys:
-                builder = builder.config(key, value)
+        for key, value in local_settings(given_keys, python_reader=python_reader).items():
+            builder = builder.config(key, value)
         os.environ.setdefault("MALLOC_ARENA_MAX", "2")
     for item in conf:
         key, _, value = item.partition("=")
@@ -211,6 +238,20 @@ def _summary_text(result: PipelineResult, out: str, html: str | None, seconds: f
     return "\n".join(lines)
 
 
+def reads_in_python(args: argparse.Namespace, master: str | None) -> bool:
+    """Whether the python reader will read the logs ``args`` name (unless a line only
+    Spark's reader reads as an event sends them to it), as the pipeline chooses."""
+    if args.kafka_bootstrap or args.kafka_topic:
+        return False
+    if args.reader == "python":
+        return True
+    return (
+        args.reader == "auto"
+        and bool(master and master.startswith("local"))
+        and all(_fs.is_local(p) for p in args.paths)
+    )
+
+
 def run(args: argparse.Namespace, *, default_master: str | None = None) -> int:
     """Run the job as ``args`` (from :func:`add_arguments`) say."""
     kafka = bool(args.kafka_bootstrap or args.kafka_topic)
@@ -235,7 +276,10 @@ def run(args: argparse.Namespace, *, default_master: str | None = None) -> int:
     if bad_conf:
         print(f"kgroup report: --conf wants KEY=VALUE, not {bad_conf[0]!r}", file=sys.stderr)
         return 2
-    spark = build_session(args.master or default_master, kafka=kafka, conf=args.conf)
+    master = args.master or default_master
+    spark = build_session(
+        master, kafka=kafka, conf=args.conf, python_reader=reads_in_python(args, master)
+    )
     with Progress(spark, sys.stdout, quiet=args.quiet) as progress:
         progress(f"Spark {spark.version} on {spark.sparkContext.master}")
         if args.stream:
