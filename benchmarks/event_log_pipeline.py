@@ -24,7 +24,8 @@ peak of its sum (a forked worker's pages shared with the daemon count twice). Sh
 helpers (Spark's launcher, which exits before the JVM starts, and the JVM's spawn helper)
 are left out. The JVM runs with the job's own settings for a
 local master (``kgroup.analytics.job.LOCAL_DEFAULTS``: a 512 MiB heap, the serial
-collector, bounded code cache, metaspace and thread stacks), as a user gets them;
+collector, bounded code cache, metaspace and thread stacks; with the python reader, the
+JIT's first tier only, ``FIRST_TIER_ONLY``), as a user gets them;
 ``--driver-memory`` and ``--driver-java-options`` override them. The
 reference runs up to 2M events (``--reference-max-events``): it holds every event in
 memory.
