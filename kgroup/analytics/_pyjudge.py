@@ -331,7 +331,7 @@ def judge_member(uid: str, chunks: list[Chunk]) -> tuple[Any, ...]:
     middles = {c: _middle(contexts[c]) for c in {ctx[i] for i in chosen}}
     own = (uid, lc[_GROUP], lc[_HOST], lc[_PID], lc[_CLIENT])
     shared = {
-        at: None
+        at
         for at, value in zip(_SHARED_AT, own, strict=True)
         if all(m[at] == value for m in middles.values())
     }
@@ -380,7 +380,7 @@ def slices(files: list[str], parallelism: int) -> tuple[list[list[str]], int]:
     judge them in: one per 64 MiB of text. A reduce task holds its members' lines, and
     each one costs a Python worker's round trip and a Parquet file: at 9.9M events the
     judging stage took 12.9 s with one per 64 MiB against 15.0 to 15.7 s with one per
-    32 MiB, within the same memory (one per 16 MiB was 15% slower again; with the kept
+    32 MiB, the driver within the same memory (one per 16 MiB was 15% slower again; with the kept
     events as JSON text, one per 64 MiB took the JVM over 1 GiB at 1M events)."""
     weights = []
     for uri in files:

@@ -43,6 +43,7 @@ __all__ = [
     "FIRST_TIER_ONLY",
     "LOCAL_DEFAULTS",
     "build_session",
+    "local_settings",
     "main",
     "reads_in_python",
     "run",
@@ -72,7 +73,8 @@ def local_settings(given: Iterable[str], *, python_reader: bool) -> dict[str, st
     """The settings a local master's JVM gets from kgroup: :data:`LOCAL_DEFAULTS` but the
     keys ``given`` (by ``--conf``), and :data:`FIRST_TIER_ONLY` in the JVM's options for
     the python reader."""
-    settings = {k: v for k, v in LOCAL_DEFAULTS.items() if k not in set(given)}
+    given = set(given)
+    settings = {k: v for k, v in LOCAL_DEFAULTS.items() if k not in given}
     options = settings.get("spark.driver.extraJavaOptions")
     if options is not None and python_reader:
         settings["spark.driver.extraJavaOptions"] = f"{options} {FIRST_TIER_ONLY}"
