@@ -423,7 +423,7 @@ def test_kept_events_keep_their_own_group_host_pid_and_client(
     logs = tmp_path / "logs"
     logs.mkdir()
     other = dict(BASE, member_uid="0" * 32, client_id="other-c")
-    changes = [
+    changes: list[dict[str, Any]] = [
         {},
         {"host": "host-2"},
         {"group": "group-9", "generation": 4},
