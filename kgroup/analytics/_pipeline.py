@@ -53,11 +53,21 @@ __all__ = [
     "TABLE_WORKERS",
     "PipelineResult",
     "collect_rows",
+    "python_reader_asked",
     "run_pipeline",
 ]
 
 #: The ways a source of files can be read (see :func:`run_pipeline`).
 READERS = ("auto", "python", "spark")
+
+
+def python_reader_asked(reader: str, master: str | None, *, numbered_by_pos: bool) -> bool:
+    """Whether ``reader`` on ``master`` asks for the python reader (which then reads the
+    files if all of them are local). ``auto`` asks for it on a local master only: on a
+    cluster the Python tasks would need kgroup on every executor."""
+    on_this_machine = (master or "").startswith("local")
+    return reader == "python" or (reader == "auto" and on_this_machine and not numbered_by_pos)
+
 
 #: At most this many rows of each table are collected for the HTML report (the Parquet
 #: tables are always complete). The rows kept are the first in each table's report order.
@@ -197,9 +207,7 @@ def run_pipeline(
     if reader not in READERS:
         raise ValueError(f"reader must be one of {', '.join(READERS)}, not {reader!r}")
     judged: Judged | None = None
-    # On a cluster the Python tasks would need kgroup on every executor: asked for only.
-    on_this_machine = (spark.sparkContext.master or "").startswith("local")
-    if reader == "python" or (reader == "auto" and on_this_machine and not numbered_by_pos):
+    if python_reader_asked(reader, spark.sparkContext.master, numbered_by_pos=numbered_by_pos):
         files = source.files() if isinstance(source, LogFiles) else source.inputFiles()
         local = all(_fs.is_local(f) for f in files)
         if reader == "python" and (numbered_by_pos or not local):

@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from kgroup.analytics import _fs
 from kgroup.analytics._command import add_arguments
-from kgroup.analytics._pipeline import PipelineResult, run_pipeline
+from kgroup.analytics._pipeline import PipelineResult, python_reader_asked, run_pipeline
 from kgroup.analytics._read import LogFiles, empty_source, read_files
 
 __all__ = [
@@ -242,14 +242,12 @@ def _summary_text(result: PipelineResult, out: str, html: str | None, seconds: f
 
 def reads_in_python(args: argparse.Namespace, master: str | None) -> bool:
     """Whether the python reader will read the logs ``args`` name (unless a line only
-    Spark's reader reads as an event sends them to it), as the pipeline chooses."""
-    if args.kafka_bootstrap or args.kafka_topic:
-        return False
-    if args.reader == "python":
-        return True
+    Spark's reader reads as an event sends them to it): the pipeline's choice
+    (:func:`._pipeline.python_reader_asked`), made before the session starts."""
+    kafka = bool(args.kafka_bootstrap or args.kafka_topic)
     return (
-        args.reader == "auto"
-        and bool(master and master.startswith("local"))
+        not kafka
+        and python_reader_asked(args.reader, master, numbered_by_pos=kafka)
         and all(_fs.is_local(p) for p in args.paths)
     )
 
